@@ -1,0 +1,13 @@
+// Command kube-scheduler is the upstream kube-scheduler, built from the Go module proxy for tailtune's local cluster.
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+)
+
+func main() {
+	os.Exit(cli.Run(app.NewSchedulerCommand()))
+}

@@ -1,0 +1,5 @@
+"""`python -m tailtune`."""
+
+from tailtune.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,532 @@
+"""pydantic models of `InferenceService` (tailtune.io/v1alpha1).
+
+These models are the only schema: `tailtune.api.crdgen` turns them into the CRD, and the operator parses
+every object it reads through them. Field names are camelCase on the wire (aliases), snake_case in Python.
+Cross-field rules live twice on purpose: as CEL (`x-kubernetes-validations`, enforced at admission) and as
+pydantic validators (so the operator judges objects the same way when it reads them).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+GROUP = "tailtune.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "InferenceService"
+PLURAL = "inferenceservices"
+SINGULAR = "inferenceservice"
+SHORT_NAMES = ("tis",)
+CATEGORIES = ("tailtune",)
+
+DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:25.01-py3"
+DEFAULT_BUILDER_IMAGE = "ghcr.io/tailtune/engine-builder:0.1.0-trt25.01"
+
+Precision = Literal["fp32", "fp16", "bf16", "int8", "fp8"]
+DataType = Literal[
+    "TYPE_BOOL",
+    "TYPE_UINT8",
+    "TYPE_UINT16",
+    "TYPE_UINT32",
+    "TYPE_UINT64",
+    "TYPE_INT8",
+    "TYPE_INT16",
+    "TYPE_INT32",
+    "TYPE_INT64",
+    "TYPE_FP16",
+    "TYPE_FP32",
+    "TYPE_FP64",
+    "TYPE_BF16",
+    "TYPE_STRING",
+]
+
+
+class Model(BaseModel):
+    """Base for every API object: camelCase on the wire, unknown fields refused."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+    # CEL rules attached to this object's schema by crdgen: (rule, message, fieldPath or None).
+    cel: ClassVar[tuple[tuple[str, str, str | None], ...]] = ()
+
+
+class TensorSpec(Model):
+    """One input or output tensor of the model, without the batch dimension."""
+
+    name: Annotated[str, Field(min_length=1, max_length=256, description="Tensor name as in the ONNX graph.")]
+    data_type: Annotated[DataType, Field(description="Triton data type, e.g. TYPE_FP32.")]
+    dims: Annotated[
+        list[Annotated[int, Field(ge=-1)]],
+        Field(min_length=1, max_length=8, description="Shape without the batch dimension; -1 for dynamic."),
+    ]
+
+
+class ModelSource(Model):
+    """Where the ONNX model comes from."""
+
+    uri: Annotated[
+        str,
+        Field(
+            pattern=r"^(s3|gs|https|http|pvc)://[^\s]+$",
+            max_length=2048,
+            description="Model location: s3://bucket/key, gs://bucket/key, https://host/path or "
+            "pvc://claim/path/model.onnx.",
+        ),
+    ]
+    format: Annotated[Literal["onnx"], Field(description="Model format. Only onnx is supported.")] = "onnx"
+    sha256: Annotated[
+        str | None,
+        Field(
+            pattern=r"^[a-f0-9]{64}$",
+            description="Expected sha256 of the model file (lower-case hex). Verified by the build; also "
+            "keys the engine cache before the model is fetched.",
+        ),
+    ] = None
+    name: Annotated[
+        str | None,
+        Field(
+            pattern=r"^[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,62}$",
+            description="Model name inside Triton. Defaults to the InferenceService's name.",
+        ),
+    ] = None
+    inputs: Annotated[
+        list[TensorSpec] | None,
+        Field(max_length=64, description="Input overrides, when the ONNX graph leaves shapes unknown."),
+    ] = None
+    outputs: Annotated[list[TensorSpec] | None, Field(max_length=64, description="Output overrides.")] = None
+
+
+class OptimizationProfile(Model):
+    """TensorRT optimization profile over the batch dimension."""
+
+    cel = (("self.opt <= self.max", "optimizationProfile.opt must be <= optimizationProfile.max", None),)
+
+    opt: Annotated[int, Field(ge=1, le=4096, description="Batch size TensorRT tunes kernels for.")] = 8
+    max: Annotated[
+        int, Field(ge=1, le=4096, description="Largest batch the engine accepts (Triton's upper bound).")
+    ] = 32
+
+    @model_validator(mode="after")
+    def _opt_le_max(self) -> OptimizationProfile:
+        if self.opt > self.max:
+            raise ValueError("optimizationProfile.opt must be <= optimizationProfile.max")
+        return self
+
+
+class EngineStore(Model):
+    """Where built engines are kept, so each is built once per model, TensorRT version and GPU product."""
+
+    pvc: Annotated[
+        str,
+        Field(
+            pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+            max_length=253,
+            description="PersistentVolumeClaim holding the engine cache (ReadWriteMany for several nodes).",
+        ),
+    ] = "tailtune-engines"
+
+
+class Engine(Model):
+    """How the serving engine is built."""
+
+    cel = (
+        (
+            "self.precision != 'int8' || has(self.calibrationCacheUri)",
+            "precision int8 needs engine.calibrationCacheUri",
+            ".calibrationCacheUri",
+        ),
+        (
+            "self.backend != 'onnxruntime' || self.precision == 'fp32' || self.precision == 'fp16'",
+            "backend onnxruntime supports precision fp32 or fp16 only",
+            ".precision",
+        ),
+    )
+
+    backend: Annotated[
+        Literal["tensorrt", "onnxruntime"],
+        Field(description="tensorrt builds a plan in a Job on the serving GPU; onnxruntime serves the ONNX."),
+    ] = "tensorrt"
+    precision: Annotated[Precision, Field(description="Build precision.")] = "fp16"
+    optimization_profile: Annotated[OptimizationProfile, Field(description="Batch-dimension optimization profile.")] = (
+        OptimizationProfile()
+    )
+    workspace_mi_b: Annotated[
+        int, Field(alias="workspaceMiB", ge=64, le=262144, description="TensorRT workspace limit in MiB.")
+    ] = 4096
+    builder_optimization_level: Annotated[
+        int, Field(ge=0, le=5, description="TensorRT builder optimization level.")
+    ] = 3
+    timing_cache: Annotated[bool, Field(description="Load and save a timing cache beside the engines.")] = True
+    calibration_cache_uri: Annotated[
+        str | None,
+        Field(pattern=r"^(s3|gs|https|http|pvc)://[^\s]+$", description="INT8 calibration cache location."),
+    ] = None
+    builder_image: Annotated[
+        str, Field(min_length=1, description="Image of the engine-build Job (TensorRT + tailtune[builder]).")
+    ] = DEFAULT_BUILDER_IMAGE
+    store: Annotated[EngineStore, Field(description="Engine cache storage.")] = EngineStore()
+    deadline_seconds: Annotated[int, Field(ge=60, le=86400, description="activeDeadlineSeconds of the build Job.")] = (
+        3600
+    )
+    backoff_limit: Annotated[int, Field(ge=0, le=10, description="backoffLimit of the build Job.")] = 1
+    pod_annotations: Annotated[dict[str, str], Field(description="Annotations added to the build Job's pod.")] = Field(
+        default_factory=dict
+    )
+
+    @model_validator(mode="after")
+    def _rules(self) -> Engine:
+        if self.precision == "int8" and self.calibration_cache_uri is None:
+            raise ValueError("precision int8 needs engine.calibrationCacheUri")
+        if self.backend == "onnxruntime" and self.precision not in ("fp32", "fp16"):
+            raise ValueError("backend onnxruntime supports precision fp32 or fp16 only")
+        return self
+
+
+class Gpu(Model):
+    """The GPU each serving pod gets, matched to the `nvidia.com/gpu.product` node label."""
+
+    product: Annotated[
+        str,
+        Field(
+            min_length=1,
+            max_length=63,
+            pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+            description="GPU product as labelled by GPU feature discovery, e.g. NVIDIA-L4.",
+        ),
+    ]
+    count: Annotated[int, Field(ge=1, le=16, description="GPUs per serving pod.")] = 1
+
+
+class Replicas(Model):
+    """Replica bounds; the tuner moves between them when batching alone cannot hold the SLO."""
+
+    cel = (("self.min <= self.max", "replicas.min must be <= replicas.max", None),)
+
+    min: Annotated[int, Field(ge=0, le=1000, description="Fewest serving pods.")] = 1
+    max: Annotated[int, Field(ge=1, le=1000, description="Most serving pods.")] = 1
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> Replicas:
+        if self.min > self.max:
+            raise ValueError("replicas.min must be <= replicas.max")
+        return self
+
+
+class ResourceRequirements(Model):
+    """Container resources (Kubernetes quantities), besides the GPUs."""
+
+    requests: Annotated[dict[str, str], Field(description="Requested resources, e.g. cpu: '4'.")] = Field(
+        default_factory=dict
+    )
+    limits: Annotated[dict[str, str], Field(description="Resource limits.")] = Field(default_factory=dict)
+
+
+class Toleration(Model):
+    """A pod toleration."""
+
+    key: Annotated[str | None, Field(description="Taint key.")] = None
+    operator: Annotated[Literal["Exists", "Equal"] | None, Field(description="Exists or Equal.")] = None
+    value: Annotated[str | None, Field(description="Taint value.")] = None
+    effect: Annotated[
+        Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None, Field(description="Taint effect.")
+    ] = None
+    toleration_seconds: Annotated[int | None, Field(description="For NoExecute.")] = None
+
+
+class Batching(Model):
+    """Triton dynamic batching settings (also the tuner's knobs)."""
+
+    cel = (
+        (
+            "self.preferredBatchSizes.all(s, s <= self.maxBatchSize)",
+            "every preferredBatchSizes entry must be <= maxBatchSize",
+            ".preferredBatchSizes",
+        ),
+    )
+
+    max_batch_size: Annotated[int, Field(ge=1, le=4096, description="Triton max_batch_size.")] = 8
+    preferred_batch_sizes: Annotated[
+        list[Annotated[int, Field(ge=1, le=4096)]],
+        Field(max_length=16, description="Triton preferred_batch_size list."),
+    ] = Field(default_factory=list)
+    max_queue_delay_microseconds: Annotated[
+        int, Field(ge=0, le=1_000_000, description="Triton max_queue_delay_microseconds.")
+    ] = 0
+
+    @model_validator(mode="after")
+    def _preferred_le_max(self) -> Batching:
+        for s in self.preferred_batch_sizes:
+            if s > self.max_batch_size:
+                raise ValueError(f"preferredBatchSizes entry {s} must be <= maxBatchSize {self.max_batch_size}")
+        return self
+
+
+class QueuePolicy(Model):
+    """Triton's default queue policy: bounded queue, request timeout."""
+
+    max_queue_size: Annotated[int, Field(ge=0, le=1_000_000, description="0 = unbounded.")] = 0
+    timeout_microseconds: Annotated[int, Field(ge=0, description="0 = no timeout.")] = 0
+
+
+class Serving(Model):
+    """How Triton is deployed."""
+
+    triton_image: Annotated[str, Field(min_length=1, description="Triton Inference Server image.")] = (
+        DEFAULT_TRITON_IMAGE
+    )
+    replicas: Annotated[Replicas, Field(description="Replica bounds.")] = Replicas()
+    gpu: Annotated[Gpu, Field(description="GPU product and count per pod.")]
+    instances_per_gpu: Annotated[int, Field(ge=1, le=16, description="Triton model instances per GPU.")] = 1
+    batching: Annotated[Batching, Field(description="Initial dynamic batching; the tuner moves it.")] = Batching()
+    queue_policy: Annotated[QueuePolicy, Field(description="Triton queue policy.")] = QueuePolicy()
+    resources: Annotated[ResourceRequirements, Field(description="CPU/memory resources.")] = ResourceRequirements()
+    node_selector: Annotated[dict[str, str], Field(description="Extra node selector.")] = Field(default_factory=dict)
+    tolerations: Annotated[list[Toleration], Field(description="Pod tolerations.")] = Field(default_factory=list)
+    affinity: Annotated[
+        dict[str, Any] | None, Field(description="Pod affinity (Kubernetes Affinity object, passed through).")
+    ] = None
+    pod_annotations: Annotated[dict[str, str], Field(description="Annotations added to serving pods.")] = Field(
+        default_factory=dict
+    )
+
+
+class Warmup(Model):
+    """Triton model_warmup: the pod is Ready only after these ran."""
+
+    batch_sizes: Annotated[
+        list[Annotated[int, Field(ge=1, le=4096)]],
+        Field(max_length=16, description="One warmup sample per batch size."),
+    ] = Field(default_factory=lambda: [1])
+    count: Annotated[int, Field(ge=1, le=100, description="Runs per sample.")] = 2
+    data: Annotated[Literal["zero", "random"], Field(description="Warmup input data.")] = "zero"
+
+
+class Slo(Model):
+    """The latency objective."""
+
+    latency_ms: Annotated[float, Field(gt=0, le=600_000, description="Latency objective in milliseconds.")]
+    percentile: Annotated[float, Field(ge=50, le=99.99, description="Percentile the objective applies to.")] = 99
+    window_seconds: Annotated[int, Field(ge=10, le=3600, description="Evaluation window.")] = 60
+
+
+class IntRange(Model):
+    """An inclusive integer range."""
+
+    cel = (("self.min <= self.max", "min must be <= max", None),)
+
+    min: Annotated[int, Field(ge=0, description="Lower bound.")]
+    max: Annotated[int, Field(ge=0, description="Upper bound.")]
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> IntRange:
+        if self.min > self.max:
+            raise ValueError("min must be <= max")
+        return self
+
+
+class Tuning(Model):
+    """The SLO autotuner."""
+
+    enabled: Annotated[bool, Field(description="Tune batching and replicas from the observed latency.")] = True
+    mode: Annotated[
+        Literal["hot", "rolling"],
+        Field(description="hot: reload the model config in every pod; rolling: roll the Deployment."),
+    ] = "hot"
+    interval_seconds: Annotated[int, Field(ge=5, le=3600, description="How often the tuner decides.")] = 30
+    cooldown_seconds: Annotated[
+        int, Field(ge=0, le=86400, description="Least time between two config changes (reloads cost).")
+    ] = 60
+    max_batch_size: Annotated[IntRange, Field(description="Bounds of max_batch_size.")] = IntRange(min=1, max=32)
+    queue_delay_microseconds: Annotated[IntRange, Field(description="Bounds of the queue delay.")] = IntRange(
+        min=0, max=10_000
+    )
+    preferred_batch_sizes: Annotated[
+        list[Annotated[int, Field(ge=1, le=4096)]],
+        Field(max_length=16, description="Candidate preferred sizes; empty lets the tuner choose."),
+    ] = Field(default_factory=list)
+    max_batch_step: Annotated[
+        int, Field(ge=1, le=64, description="Largest change of max_batch_size in one decision.")
+    ] = 8
+    max_delay_step_microseconds: Annotated[
+        int, Field(ge=1, description="Largest change of the queue delay in one decision.")
+    ] = 2000
+    headroom: Annotated[float, Field(gt=0, lt=1, description="Aim P99 at this share of the SLO (hysteresis band).")] = (
+        0.8
+    )
+
+
+class Metrics(Model):
+    """Where the tuner reads latency."""
+
+    prometheus_url: Annotated[str, Field(pattern=r"^https?://[^\s]+$", description="Prometheus base URL.")] = (
+        "http://prometheus-operated.monitoring.svc:9090"
+    )
+    latency_query: Annotated[
+        str | None,
+        Field(
+            max_length=4096,
+            description="PromQL returning the latency in seconds at the SLO percentile; may use {namespace}, "
+            "{name}, {model}, {window}. Defaults to Triton's own metrics.",
+        ),
+    ] = None
+
+
+class InferenceServiceSpec(Model):
+    """Desired state of an InferenceService."""
+
+    cel = (
+        (
+            "self.tuning.maxBatchSize.max <= self.engine.optimizationProfile.max",
+            "tuning.maxBatchSize.max must be <= engine.optimizationProfile.max (the engine's max batch)",
+            ".tuning.maxBatchSize.max",
+        ),
+        (
+            "self.serving.batching.maxBatchSize <= self.engine.optimizationProfile.max",
+            "serving.batching.maxBatchSize must be <= engine.optimizationProfile.max (the engine's max batch)",
+            ".serving.batching.maxBatchSize",
+        ),
+        (
+            "self.warmup.batchSizes.all(b, b <= self.serving.batching.maxBatchSize)",
+            "every warmup.batchSizes entry must be <= serving.batching.maxBatchSize",
+            ".warmup.batchSizes",
+        ),
+    )
+
+    model: Annotated[ModelSource, Field(description="The model to serve.")]
+    engine: Annotated[Engine, Field(description="Engine build.")] = Engine()
+    serving: Annotated[Serving, Field(description="Triton deployment.")]
+    warmup: Annotated[Warmup, Field(description="Model warmup before Ready.")] = Warmup()
+    slo: Annotated[Slo, Field(description="Latency objective.")]
+    tuning: Annotated[Tuning, Field(description="Autotuner.")] = Tuning()
+    metrics: Annotated[Metrics, Field(description="Latency signal.")] = Metrics()
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> InferenceServiceSpec:
+        engine_max = self.engine.optimization_profile.max
+        if self.tuning.max_batch_size.max > engine_max:
+            raise ValueError(
+                "tuning.maxBatchSize.max must be <= engine.optimizationProfile.max (the engine's max batch)"
+            )
+        if self.serving.batching.max_batch_size > engine_max:
+            raise ValueError(
+                "serving.batching.maxBatchSize must be <= engine.optimizationProfile.max (the engine's max batch)"
+            )
+        for b in self.warmup.batch_sizes:
+            if b > self.serving.batching.max_batch_size:
+                raise ValueError("every warmup.batchSizes entry must be <= serving.batching.maxBatchSize")
+        return self
+
+
+class Condition(Model):
+    """A Kubernetes-style condition."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+    type: Annotated[str, Field(description="EngineReady, ServingReady, SLOMet or Ready.")]
+    status: Annotated[Literal["True", "False", "Unknown"], Field(description="Condition status.")]
+    reason: Annotated[str, Field(description="CamelCase reason.")] = ""
+    message: Annotated[str, Field(description="Human-readable detail.")] = ""
+    last_transition_time: Annotated[str | None, Field(description="RFC 3339 time of the last change.")] = None
+    observed_generation: Annotated[int | None, Field(description="Generation the condition judged.")] = None
+
+
+class EngineStatus(Model):
+    """The engine in use."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+    cache_key: Annotated[str | None, Field(description="Engine cache key (also the build Job's name).")] = None
+    location: Annotated[str | None, Field(description="Where the engine lives in the store.")] = None
+    tensorrt_version: Annotated[str | None, Field(description="TensorRT version of the engine.")] = None
+    gpu_product: Annotated[str | None, Field(description="GPU product the engine was built on.")] = None
+    job_name: Annotated[str | None, Field(description="Build Job name.")] = None
+
+
+class Endpoints(Model):
+    """In-cluster endpoints."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+    http: Annotated[str | None, Field(description="KServe v2 HTTP endpoint.")] = None
+    grpc: Annotated[str | None, Field(description="KServe v2 gRPC endpoint.")] = None
+
+
+class ReplicaStatus(Model):
+    """Replica counts."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+    desired: Annotated[int, Field(description="Replicas the operator asks for.")] = 0
+    ready: Annotated[int, Field(description="Ready serving pods.")] = 0
+
+
+class BatchingStatus(Model):
+    """The batching config in force."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+    max_batch_size: Annotated[int | None, Field(description="Triton max_batch_size.")] = None
+    preferred_batch_sizes: Annotated[list[int], Field(description="Preferred sizes.")] = Field(default_factory=list)
+    max_queue_delay_microseconds: Annotated[int | None, Field(description="Queue delay.")] = None
+    last_change_time: Annotated[str | None, Field(description="When the tuner last changed it.")] = None
+    reason: Annotated[str | None, Field(description="Why.")] = None
+
+
+class LatencyStatus(Model):
+    """Last observation of the latency signal."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+    observed_ms: Annotated[float | None, Field(description="Latency at the SLO percentile, ms.")] = None
+    percentile: Annotated[float | None, Field(description="Percentile observed.")] = None
+    throughput_rps: Annotated[float | None, Field(description="Requests per second.")] = None
+    observed_at: Annotated[str | None, Field(description="When it was observed.")] = None
+
+
+class InferenceServiceStatus(Model):
+    """Observed state, written by the operator only."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+    observed_generation: Annotated[int | None, Field(description="Generation last reconciled.")] = None
+    conditions: Annotated[list[Condition], Field(description="Conditions.")] = Field(default_factory=list)
+    engine: Annotated[EngineStatus, Field(description="Engine.")] = EngineStatus()
+    endpoints: Annotated[Endpoints, Field(description="Endpoints.")] = Endpoints()
+    replicas: Annotated[ReplicaStatus, Field(description="Replicas.")] = ReplicaStatus()
+    batching: Annotated[BatchingStatus, Field(description="Batching in force.")] = BatchingStatus()
+    latency: Annotated[LatencyStatus, Field(description="Latency signal.")] = LatencyStatus()
+
+
+class ObjectMeta(BaseModel):
+    """The few metadata fields the operator reads."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+
+    name: str
+    namespace: str = "default"
+    uid: str = ""
+    generation: int = 0
+    resource_version: str = Field(default="", alias="resourceVersion")
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    creation_timestamp: datetime | None = Field(default=None, alias="creationTimestamp")
+
+
+class InferenceService(BaseModel):
+    """A whole InferenceService object as read from the API server."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+
+    api_version: str = Field(default=API_VERSION, alias="apiVersion")
+    kind: str = KIND
+    metadata: ObjectMeta
+    spec: InferenceServiceSpec
+    status: InferenceServiceStatus = InferenceServiceStatus()
+
+    @property
+    def model_name(self) -> str:
+        """Model name inside Triton."""
+        return self.spec.model.name or self.metadata.name

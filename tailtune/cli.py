@@ -1,0 +1,96 @@
+"""The `tailtune` command: operator, crds, plan, demo."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _cmd_crds(args: argparse.Namespace) -> int:
+    from tailtune.api.crdgen import CRD_FILENAME, render_crds
+
+    text = render_crds()
+    if args.check or args.write:
+        target = Path(args.write or "crds") / CRD_FILENAME
+        if args.check:
+            current = target.read_text() if target.exists() else ""
+            if current != text:
+                print(
+                    f"{target} differs from the pydantic models; run `tailtune crds --write crds`",
+                    file=sys.stderr,
+                )
+                return 1
+            return 0
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        return 0
+    sys.stdout.write(text)
+    return 0
+
+
+def _cmd_operator(args: argparse.Namespace) -> int:
+    import asyncio
+
+    import kopf
+
+    import tailtune.operator.handlers  # noqa: F401  (registers the handlers)
+
+    namespaces = args.namespace or []
+    peering = args.peering
+    asyncio.run(
+        kopf.operator(
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            standalone=peering is None,
+            peering_name=peering,
+            priority=args.priority,
+            liveness_endpoint=args.liveness,
+        )
+    )
+    return 0
+
+
+def _cmd_plan(args: argparse.Namespace, rest: list[str]) -> int:
+    from tailtune.tuner.plan import main as plan_main
+
+    code: int = plan_main(rest)
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Argument parser of the `tailtune` command."""
+    parser = argparse.ArgumentParser(prog="tailtune", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    op = sub.add_parser("operator", help="run the operator (kopf)")
+    op.add_argument("--namespace", "-n", action="append", help="watch only this namespace (repeatable)")
+    op.add_argument("--peering", help="kopf peering name for HA (one active operator at a time)")
+    op.add_argument("--priority", type=int, default=0, help="peering priority")
+    op.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+
+    crds = sub.add_parser("crds", help="print the generated CRD")
+    crds.add_argument("--write", metavar="DIR", help="write it into DIR instead")
+    crds.add_argument("--check", action="store_true", help="fail when the file in DIR (default crds/) is stale")
+
+    sub.add_parser("plan", help="starting config and predicted P99 for a service curve and a load", add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    if argv and argv[0] == "plan":
+        return _cmd_plan(argparse.Namespace(), argv[1:])
+    args = parser.parse_args(argv)
+    if args.command == "crds":
+        return _cmd_crds(args)
+    if args.command == "operator":
+        return _cmd_operator(args)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,191 @@
+"""The Triton Deployment, its model-config ConfigMap and its Service."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from tailtune.api import InferenceService
+from tailtune.operator.builders.common import (
+    GPU_RESOURCE,
+    GRPC_PORT,
+    HTTP_PORT,
+    METRICS_PORT,
+    Manifest,
+    configmap_name,
+    deployment_name,
+    gpu_tolerations,
+    labels,
+    metadata,
+    node_selector,
+    selector,
+    service_name,
+)
+
+COMPONENT = "triton"
+CONFIG_HASH_ANNOTATION = "tailtune.io/config-hash"
+ENGINE_ANNOTATION = "tailtune.io/engine-key"
+# Long enough for engine load + warmup: Triton does not even listen until warmup ends.
+STARTUP_PERIOD_S, STARTUP_FAILURES = 10, 90
+
+
+def config_hash(text: str) -> str:
+    """Short digest of a model config; a change in the pod template rolls the Deployment."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def build_model_configmap(isvc: InferenceService, config_pbtxt: str) -> Manifest:
+    """ConfigMap with the Triton `config.pbtxt` in force; restarted pods come back with it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(isvc, configmap_name(isvc), COMPONENT),
+        "data": {"config.pbtxt": config_pbtxt},
+    }
+
+
+def triton_args(isvc: InferenceService) -> list[str]:
+    """tritonserver command line: explicit model control so batching can be reloaded in place."""
+    return [
+        "tritonserver",
+        "--model-repository=/models",
+        "--model-control-mode=explicit",
+        f"--load-model={isvc.model_name}",
+        "--strict-readiness=true",
+        "--exit-on-error=true",
+        f"--http-port={HTTP_PORT}",
+        f"--grpc-port={GRPC_PORT}",
+        f"--metrics-port={METRICS_PORT}",
+        "--allow-metrics=true",
+        "--metrics-config=summary_latencies=true",
+    ]
+
+
+def _assemble_script(isvc: InferenceService) -> str:
+    model = isvc.model_name
+    artifact = "model.plan" if isvc.spec.engine.backend == "tensorrt" else "model.onnx"
+    return (
+        f"set -e; mkdir -p /models/{model}/1; "
+        f"cp /config/config.pbtxt /models/{model}/config.pbtxt; "
+        f"ln -sf /engines/{model}/1/{artifact} /models/{model}/1/{artifact}"
+    )
+
+
+def _probe(path: str, *, period: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": HTTP_PORT},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": 5,
+    }
+
+
+def build_deployment(isvc: InferenceService, *, cache_key: str, replicas: int, config_digest: str) -> Manifest:
+    """Triton pods on nodes of the requested GPU product, Ready only once the model is warm."""
+    serving = isvc.spec.serving
+    gpus = str(serving.gpu.count)
+    resources = serving.resources
+    limits = {**resources.limits, GPU_RESOURCE: gpus}
+    requests = {**resources.requests, GPU_RESOURCE: gpus}
+    pod_labels = labels(isvc, COMPONENT)
+    annotations = {
+        **serving.pod_annotations,
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(METRICS_PORT),
+        "prometheus.io/path": "/metrics",
+        CONFIG_HASH_ANNOTATION: config_digest,
+        ENGINE_ANNOTATION: cache_key,
+    }
+    pod_spec: dict[str, Any] = {
+        "nodeSelector": node_selector(isvc),
+        "tolerations": gpu_tolerations(isvc),
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "fsGroup": 1000,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "initContainers": [
+            {
+                "name": "model-repository",
+                "image": serving.triton_image,
+                "command": ["sh", "-c", _assemble_script(isvc)],
+                "volumeMounts": [
+                    {"name": "models", "mountPath": "/models"},
+                    {"name": "config", "mountPath": "/config", "readOnly": True},
+                ],
+                "securityContext": _container_security(),
+            }
+        ],
+        "containers": [
+            {
+                "name": "triton",
+                "image": serving.triton_image,
+                "args": triton_args(isvc),
+                "ports": [
+                    {"name": "http", "containerPort": HTTP_PORT},
+                    {"name": "grpc", "containerPort": GRPC_PORT},
+                    {"name": "metrics", "containerPort": METRICS_PORT},
+                ],
+                "resources": {"limits": limits, "requests": requests},
+                "startupProbe": _probe("/v2/health/live", period=STARTUP_PERIOD_S, failures=STARTUP_FAILURES),
+                "readinessProbe": _probe(f"/v2/models/{isvc.model_name}/ready", period=5, failures=3),
+                "livenessProbe": _probe("/v2/health/live", period=10, failures=6),
+                "volumeMounts": [
+                    {"name": "models", "mountPath": "/models"},
+                    {"name": "engines", "mountPath": "/engines", "subPath": cache_key, "readOnly": True},
+                    {"name": "tmp", "mountPath": "/tmp"},
+                    {"name": "dshm", "mountPath": "/dev/shm"},
+                ],
+                "securityContext": _container_security(),
+            }
+        ],
+        "volumes": [
+            {"name": "models", "emptyDir": {}},
+            {"name": "config", "configMap": {"name": configmap_name(isvc)}},
+            {
+                "name": "engines",
+                "persistentVolumeClaim": {"claimName": isvc.spec.engine.store.pvc, "readOnly": True},
+            },
+            {"name": "tmp", "emptyDir": {}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
+        ],
+    }
+    if serving.affinity:
+        pod_spec["affinity"] = serving.affinity
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(isvc, deployment_name(isvc), COMPONENT),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector(isvc, COMPONENT)},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod_spec},
+        },
+    }
+
+
+def _container_security() -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def build_service(isvc: InferenceService) -> Manifest:
+    """ClusterIP Service: KServe v2 HTTP and gRPC, and Triton's metrics."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(isvc, service_name(isvc), COMPONENT),
+        "spec": {
+            "selector": selector(isvc, COMPONENT),
+            "ports": [
+                {"name": "http", "port": HTTP_PORT, "targetPort": "http"},
+                {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "appProtocol": "grpc"},
+                {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"},
+            ],
+        },
+    }

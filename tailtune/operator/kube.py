@@ -1,0 +1,219 @@
+"""The only module that talks to the Kubernetes API server.
+
+Reads are plain GETs/LISTs; every write of a child is a server-side apply under one field manager, so the
+API server, not hand-written equality checks, decides what changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException  # re-exported for the handlers
+
+from tailtune.api import API_VERSION, GROUP, KIND, PLURAL, VERSION, InferenceService, InferenceServiceStatus
+from tailtune.api.v1alpha1 import ObjectMeta
+from tailtune.operator.builders.common import Manifest, deployment_name, selector
+from tailtune.operator.observed import DeploymentObservation, JobObservation, Observed
+
+__all__ = ["ApiException", "Cluster", "load_config"]
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "tailtune-operator"
+_PLURALS = {
+    ("batch/v1", "Job"): ("/apis/batch/v1", "jobs"),
+    ("apps/v1", "Deployment"): ("/apis/apps/v1", "deployments"),
+    ("v1", "ConfigMap"): ("/api/v1", "configmaps"),
+    ("v1", "Service"): ("/api/v1", "services"),
+}
+
+
+def load_config() -> client.ApiClient:
+    """In-cluster credentials when running in a pod, else the local kubeconfig."""
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+def _path(manifest: Manifest) -> str:
+    base, plural = _PLURALS[(manifest["apiVersion"], manifest["kind"])]
+    meta = manifest["metadata"]
+    return f"{base}/namespaces/{meta['namespace']}/{plural}/{meta['name']}"
+
+
+def _not_found(exc: ApiException) -> bool:
+    return getattr(exc, "status", None) == 404
+
+
+class Cluster:
+    """Typed reads and server-side-apply writes for one InferenceService's world."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.batch = client.BatchV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+
+    # ---- reads -------------------------------------------------------------------------------------
+    async def observe(self, isvc: InferenceService, job_name: str) -> Observed:
+        """Read the build Job and the Triton Deployment with their pods. Never writes."""
+        job, dep = await asyncio.gather(
+            asyncio.to_thread(self._observe_job, isvc.metadata.namespace, job_name),
+            asyncio.to_thread(self._observe_deployment, isvc),
+        )
+        return Observed(job=job, deployment=dep)
+
+    def _observe_job(self, ns: str, name: str) -> JobObservation | None:
+        try:
+            job = self.batch.read_namespaced_job(name, ns)
+        except ApiException as exc:
+            if _not_found(exc):
+                return None
+            raise
+        st = job.status
+        failed = any(c.type == "Failed" and c.status == "True" for c in st.conditions or [])
+        succeeded = bool(st.succeeded) and not failed
+        pods = self.core.list_namespaced_pod(ns, label_selector=f"job-name={name}").items
+        message, unschedulable = "", ""
+        for pod in sorted(pods, key=lambda p: p.metadata.creation_timestamp or datetime.min.replace(tzinfo=UTC)):
+            message = _termination_message(pod) or message
+            unschedulable = _unschedulable(pod) or unschedulable
+        if failed and not message:
+            message = next((c.message or "" for c in st.conditions or [] if c.type == "Failed"), "")
+        return JobObservation(
+            active=bool(st.active), succeeded=succeeded, failed=failed, message=message,
+            unschedulable=unschedulable if not (succeeded or failed) else "",
+        )  # fmt: skip
+
+    def _observe_deployment(self, isvc: InferenceService) -> DeploymentObservation | None:
+        ns = isvc.metadata.namespace
+        try:
+            dep = self.apps.read_namespaced_deployment(deployment_name(isvc), ns)
+        except ApiException as exc:
+            if _not_found(exc):
+                return None
+            raise
+        sel = ",".join(f"{k}={v}" for k, v in selector(isvc, "triton").items())
+        pods = self.core.list_namespaced_pod(ns, label_selector=sel).items
+        ready_ips, unschedulable, not_ready = [], "", ""
+        for pod in pods:
+            if pod.metadata.deletion_timestamp:
+                continue
+            if _pod_ready(pod) and pod.status.pod_ip:
+                ready_ips.append(pod.status.pod_ip)
+                continue
+            unschedulable = _unschedulable(pod) or unschedulable
+            not_ready = _not_ready_reason(pod) or not_ready
+        st = dep.status
+        return DeploymentObservation(
+            replicas=dep.spec.replicas or 0,
+            ready_replicas=st.ready_replicas or 0,
+            updated_replicas=st.updated_replicas or 0,
+            up_to_date=(st.observed_generation or 0) >= (dep.metadata.generation or 0),
+            unschedulable=unschedulable,
+            not_ready_reason=not_ready,
+            ready_pod_ips=tuple(sorted(ready_ips)),
+        )
+
+    async def read_isvc(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The raw InferenceService, or None when it is gone."""
+        try:
+            obj: dict[str, Any] = await asyncio.to_thread(
+                self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
+            )
+        except ApiException as exc:
+            if _not_found(exc):
+                return None
+            raise
+        return obj
+
+    async def exists(self, manifest: Manifest) -> bool:
+        """Whether a child exists (used only for the immutable build Job)."""
+        try:
+            await asyncio.to_thread(self._call, _path(manifest), "GET", None, {})
+        except ApiException as exc:
+            if _not_found(exc):
+                return False
+            raise
+        return True
+
+    # ---- writes ------------------------------------------------------------------------------------
+    async def apply(self, manifest: Manifest) -> None:
+        """Server-side apply of one child under our field manager."""
+        query = {"fieldManager": FIELD_MANAGER, "force": "true"}
+        await asyncio.to_thread(
+            self._call, _path(manifest), "PATCH", json.dumps(manifest), query, "application/apply-patch+yaml"
+        )
+
+    async def write_status(self, meta: ObjectMeta, status: InferenceServiceStatus) -> None:
+        """Replace status through the status subresource (one write per reconcile)."""
+        body = {"status": status.model_dump(by_alias=True, mode="json", exclude_none=True)}
+        await asyncio.to_thread(
+            self.custom.patch_namespaced_custom_object_status,
+            GROUP, VERSION, meta.namespace, PLURAL, meta.name, body,
+        )  # fmt: skip
+
+    async def emit_event(self, meta: ObjectMeta, type_: str, reason: str, message: str) -> None:
+        """A Kubernetes Event on the InferenceService (condition transitions, tuner decisions)."""
+        now = datetime.now(UTC)
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{meta.name}.", namespace=meta.namespace),
+            involved_object=client.V1ObjectReference(
+                api_version=API_VERSION, kind=KIND, name=meta.name, namespace=meta.namespace, uid=meta.uid,
+            ),
+            reason=reason, message=message[:1024], type=type_, first_timestamp=now, last_timestamp=now, count=1,
+            source=client.V1EventSource(component="tailtune-operator"),
+        )  # fmt: skip
+        try:
+            await asyncio.to_thread(self.core.create_namespaced_event, meta.namespace, event)
+        except ApiException as exc:  # events are best effort: never fail a reconcile on them
+            log.warning("event %s/%s not recorded: %s", meta.name, reason, exc.reason)
+
+    def _call(
+        self, path: str, method: str, body: str | None, query: dict[str, str], content_type: str | None = None
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        return self.api.call_api(
+            path, method, query_params=list(query.items()), header_params=headers, body=body,
+            response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True,
+        )  # fmt: skip
+
+
+def _termination_message(pod: Any) -> str:
+    for cs in pod.status.container_statuses or []:
+        for state in (cs.state, cs.last_state):
+            if state is not None and state.terminated is not None and state.terminated.message:
+                return str(state.terminated.message)
+    return ""
+
+
+def _unschedulable(pod: Any) -> str:
+    for c in pod.status.conditions or []:
+        if c.type == "PodScheduled" and c.status == "False":
+            return str(c.message or c.reason or "Unschedulable")
+    return ""
+
+
+def _pod_ready(pod: Any) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+def _not_ready_reason(pod: Any) -> str:
+    for cs in pod.status.container_statuses or []:
+        if cs.state and cs.state.waiting and cs.state.waiting.reason:
+            last = cs.last_state.terminated.message if cs.last_state and cs.last_state.terminated else ""
+            return f"{cs.name}: {cs.state.waiting.reason} {last or ''}".strip()
+    for c in pod.status.conditions or []:
+        if c.type == "Ready" and c.status == "False" and c.message:
+            return str(c.message)
+    return ""

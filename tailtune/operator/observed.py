@@ -1,0 +1,50 @@
+"""What the operator observed about an InferenceService's children: plain data, filled by `kube`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tailtune.api.v1alpha1 import TensorSpec
+
+
+@dataclass(frozen=True)
+class JobObservation:
+    """The engine-build Job and, when it ended, what its pod said."""
+
+    active: bool = False
+    succeeded: bool = False
+    failed: bool = False
+    message: str = ""  # the builder's termination message (an error, or its JSON summary on success)
+    unschedulable: str = ""  # the scheduler's word when the build pod cannot be placed
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What a successful build reported (its termination message): the engine's I/O and versions."""
+
+    tensorrt_version: str | None = None
+    gpu_product: str | None = None
+    location: str | None = None
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class DeploymentObservation:
+    """The Triton Deployment and its pods."""
+
+    replicas: int = 0
+    ready_replicas: int = 0
+    updated_replicas: int = 0
+    up_to_date: bool = False  # the controller has seen the latest template
+    unschedulable: str = ""  # scheduler message of a pod that cannot be placed
+    not_ready_reason: str = ""  # e.g. the readiness probe's last failure (warmup not done or failed)
+    ready_pod_ips: tuple[str, ...] = ()  # targets of a hot batching reload
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything reconcile reads before it decides. `None` means the object does not exist."""
+
+    job: JobObservation | None = None
+    deployment: DeploymentObservation | None = None

@@ -1,0 +1,163 @@
+"""One reconcile: observe → desire (pure) → apply (server-side) → status (pure, written once)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from tailtune.api.v1alpha1 import (
+    BatchingStatus,
+    Condition,
+    InferenceService,
+    InferenceServiceStatus,
+    ObjectMeta,
+)
+from tailtune.operator import status as st
+from tailtune.operator.builders.common import Manifest
+from tailtune.operator.builders.engine_job import build_engine_job
+from tailtune.operator.builders.triton import (
+    build_deployment,
+    build_model_configmap,
+    build_service,
+    config_hash,
+)
+from tailtune.operator.engine import engine_cache_key, parse_build_report
+from tailtune.operator.modelconfig import EngineIOUnknown, model_config_pbtxt
+from tailtune.operator.observed import EngineInfo, Observed
+from tailtune.operator.spec_checks import Applied, applied_config, check_spec, describe_validation_error
+from tailtune.triton.config import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+class ClusterPort(Protocol):
+    """What reconcile needs from the API server (`kube.Cluster` in production)."""
+
+    async def observe(self, isvc: InferenceService, job_name: str) -> Observed: ...
+    async def apply(self, manifest: Manifest) -> None: ...
+    async def write_status(self, meta: ObjectMeta, status: InferenceServiceStatus) -> None: ...
+    async def emit_event(self, meta: ObjectMeta, type_: str, reason: str, message: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Desired:
+    """The children a reconcile applies and the values its status reports."""
+
+    objects: list[Manifest]
+    cache_key: str
+    applied: Applied
+    engine_info: EngineInfo | None
+    serving_problem: tuple[str, str] | None = None  # (reason, message) when serving cannot be built
+
+
+def desired_state(isvc: InferenceService, observed: Observed) -> Desired:
+    """Pure: the children for what was observed. Serving objects wait for the engine."""
+    cache_key = engine_cache_key(isvc)
+    applied = applied_config(isvc)
+    job = observed.job
+    info = parse_build_report(job.message) if job is not None and job.succeeded else None
+    objects: list[Manifest] = []
+    if job is None:
+        # The Job's template is immutable and its name is the cache key: once it exists it is never re-applied.
+        objects.append(build_engine_job(isvc, cache_key))
+    elif job.succeeded:
+        try:
+            in_force = model_config_pbtxt(isvc, applied.batching, info)
+            # Hot mode reloads batching in place: only the spec's start config (or a failed hot apply) rolls pods.
+            rolls = isvc.spec.tuning.mode == "rolling" or applied.rolled or not isvc.spec.tuning.enabled
+            rolling_basis = in_force if rolls else model_config_pbtxt(isvc, isvc.spec.serving.batching, info)
+        except EngineIOUnknown as exc:
+            problem = (st.ENGINE_IO_UNKNOWN, str(exc))
+            return Desired(objects, cache_key, applied, info, serving_problem=problem)
+        except ConfigError as exc:
+            problem = (st.INVALID_MODEL_CONFIG, f"Triton model config: {exc}")
+            return Desired(objects, cache_key, applied, info, serving_problem=problem)
+        objects += [
+            build_model_configmap(isvc, in_force),
+            build_deployment(
+                isvc, cache_key=cache_key, replicas=applied.replicas, config_digest=config_hash(rolling_basis)
+            ),
+            build_service(isvc),
+        ]
+    return Desired(objects=objects, cache_key=cache_key, applied=applied, engine_info=info)
+
+
+def batching_status(applied: Applied) -> BatchingStatus:
+    """status.batching from the config in force."""
+    b = applied.batching
+    return BatchingStatus(
+        max_batch_size=b.max_batch_size,
+        preferred_batch_sizes=list(b.preferred_batch_sizes),
+        max_queue_delay_microseconds=b.max_queue_delay_microseconds,
+        last_change_time=applied.changed_at,
+        reason=applied.reason or "initial config from spec.serving.batching",
+    )
+
+
+def transitions(old: list[Condition], new: list[Condition]) -> list[Condition]:
+    """Conditions whose status or reason changed: each becomes an Event."""
+    before = {c.type: (c.status, c.reason) for c in old}
+    return [c for c in new if before.get(c.type) != (c.status, c.reason)]
+
+
+def _lenient_status(raw: dict[str, Any]) -> InferenceServiceStatus:
+    try:
+        return InferenceServiceStatus.model_validate(raw.get("status") or {})
+    except ValidationError:
+        return InferenceServiceStatus()
+
+
+async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime) -> InferenceService | None:
+    """Bring one InferenceService's children and status in line with its spec. Never raises on bad input."""
+    try:
+        isvc = InferenceService.model_validate(raw)
+    except ValidationError as exc:
+        await _report_invalid(raw, cluster, describe_validation_error(exc), now)
+        return None
+    problem = check_spec(isvc)
+    if problem:
+        await _report_invalid(raw, cluster, problem, now)
+        return None
+
+    observed = await cluster.observe(isvc, engine_cache_key(isvc))
+    desired = desired_state(isvc, observed)
+    for obj in desired.objects:
+        await cluster.apply(obj)
+
+    store = isvc.spec.engine.store.pvc
+    status = st.compute_status(
+        isvc,
+        observed,
+        engine_info=st.engine_status(desired.cache_key, store, desired.engine_info, isvc.status.engine),
+        batching=batching_status(desired.applied),
+        desired_replicas=desired.applied.replicas,
+        latency=isvc.status.latency,
+        serving_problem=desired.serving_problem,
+        now=now,
+    )
+    await _write_if_changed(isvc, status, cluster)
+    return isvc
+
+
+async def _write_if_changed(isvc: InferenceService, status: InferenceServiceStatus, cluster: ClusterPort) -> None:
+    if status == isvc.status:
+        return
+    await cluster.write_status(isvc.metadata, status)
+    for c in transitions(isvc.status.conditions, status.conditions):
+        kind = "Normal" if c.status == "True" or c.type == st.SLO_MET else "Warning"
+        await cluster.emit_event(isvc.metadata, kind, c.reason or c.type, f"{c.type}={c.status}: {c.message}")
+
+
+async def _report_invalid(raw: dict[str, Any], cluster: ClusterPort, message: str, now: datetime) -> None:
+    """Ready=False/InvalidSpec, no children; written only when it changes, so a bad spec costs no hot loop."""
+    meta = ObjectMeta.model_validate(raw.get("metadata", {}))
+    old = _lenient_status(raw)
+    status = st.invalid_spec_status(old, message, generation=meta.generation, now=now)
+    log.warning("%s/%s: invalid spec: %s", meta.namespace, meta.name, message)
+    if status != old:
+        await cluster.write_status(meta, status)
+        await cluster.emit_event(meta, "Warning", st.INVALID_SPEC, message)

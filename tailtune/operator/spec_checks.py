@@ -1,0 +1,150 @@
+"""Spec rules only the operator can judge (the schema cannot express them), and the config in force.
+
+Pure: each check returns a message naming the field and the fix, or None.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from tailtune.api.v1alpha1 import Batching, InferenceService
+from tailtune.operator.builders.common import GPU_PRODUCT_LABEL, GPU_RESOURCE
+
+APPLIED_ANNOTATION = "tailtune.io/applied"
+_QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$")
+_QUERY_FIELDS = {"namespace", "name", "model", "window"}
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line per problem, each naming the field path in wire (camelCase) form."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{loc}: {err['msg']}" if loc else str(err["msg"]))
+    return "; ".join(parts)
+
+
+def check_spec(isvc: InferenceService) -> str | None:
+    """The first rule the spec breaks, as 'field: problem; fix', or None."""
+    for check in (_gpu_selector, _gpu_in_resources, _quantities, _latency_query, _pvc_uri):
+        problem = check(isvc)
+        if problem:
+            return problem
+    return None
+
+
+def _gpu_selector(isvc: InferenceService) -> str | None:
+    serving = isvc.spec.serving
+    chosen = serving.node_selector.get(GPU_PRODUCT_LABEL)
+    if chosen is not None and chosen != serving.gpu.product:
+        return (
+            f"spec.serving.nodeSelector[{GPU_PRODUCT_LABEL}]={chosen} conflicts with "
+            f"spec.serving.gpu.product={serving.gpu.product}; remove it from nodeSelector"
+        )
+    return None
+
+
+def _gpu_in_resources(isvc: InferenceService) -> str | None:
+    res = isvc.spec.serving.resources
+    for part, values in (("requests", res.requests), ("limits", res.limits)):
+        if GPU_RESOURCE in values:
+            return f"spec.serving.resources.{part}[{GPU_RESOURCE}] is managed by tailtune; set spec.serving.gpu.count"
+    return None
+
+
+def _quantities(isvc: InferenceService) -> str | None:
+    res = isvc.spec.serving.resources
+    for part, values in (("requests", res.requests), ("limits", res.limits)):
+        for key, value in values.items():
+            if not _QUANTITY.match(value):
+                return (
+                    f"spec.serving.resources.{part}.{key}: {value!r} is not a Kubernetes quantity; "
+                    "use e.g. '500m', '2' or '8Gi'"
+                )
+    return None
+
+
+def _latency_query(isvc: InferenceService) -> str | None:
+    query = isvc.spec.metrics.latency_query
+    if query is None:
+        return None
+    try:
+        fields = {f for _, f, _, _ in string.Formatter().parse(query) if f is not None}
+    except ValueError as exc:
+        return f"spec.metrics.latencyQuery: {exc}; write literal braces as {{{{ and }}}}"
+    unknown = sorted(fields - _QUERY_FIELDS)
+    if unknown:
+        return (
+            f"spec.metrics.latencyQuery uses unknown placeholder {{{unknown[0]}}}; "
+            f"allowed: {', '.join('{' + f + '}' for f in sorted(_QUERY_FIELDS))} (write literal braces doubled)"
+        )
+    return None
+
+
+def _pvc_uri(isvc: InferenceService) -> str | None:
+    uri = isvc.spec.model.uri
+    if uri.startswith("pvc://"):
+        claim, _, path = uri.removeprefix("pvc://").partition("/")
+        if not claim or not path:
+            return f"spec.model.uri {uri!r}: a pvc URI needs a claim and a path, e.g. pvc://models/bert/model.onnx"
+    return None
+
+
+@dataclass(frozen=True)
+class Applied:
+    """The batching and replicas the tuner last applied (kept on the object, so it survives restarts)."""
+
+    batching: Batching
+    replicas: int
+    changed_at: str | None = None
+    reason: str | None = None
+    rolled: bool = False  # a hot apply failed and the Deployment must roll to pick the config up
+
+    def to_annotation(self) -> str:
+        """JSON for the annotation."""
+        return json.dumps(
+            {
+                "batching": self.batching.model_dump(by_alias=True, mode="json"),
+                "replicas": self.replicas,
+                "changedAt": self.changed_at,
+                "reason": self.reason,
+                "rolled": self.rolled,
+            },
+            sort_keys=True,
+        )
+
+
+def applied_config(isvc: InferenceService) -> Applied:
+    """The config in force: the tuner's, when it fits the current spec, else the spec's starting point."""
+    spec = isvc.spec
+    start = Applied(batching=spec.serving.batching, replicas=max(spec.serving.replicas.min, 1))
+    start = Applied(batching=start.batching, replicas=min(start.replicas, spec.serving.replicas.max))
+    raw = isvc.metadata.annotations.get(APPLIED_ANNOTATION)
+    if not raw or not spec.tuning.enabled:
+        return start
+    try:
+        data: dict[str, Any] = json.loads(raw)
+        batching = Batching.model_validate(data["batching"])
+        replicas = int(data["replicas"])
+    except (ValueError, KeyError, TypeError, ValidationError):
+        return start
+    bounds = spec.tuning.max_batch_size
+    fits = (
+        bounds.min <= batching.max_batch_size <= min(bounds.max, spec.engine.optimization_profile.max)
+        and spec.serving.replicas.min <= replicas <= spec.serving.replicas.max
+    )
+    if not fits:
+        return start
+    return Applied(
+        batching=batching,
+        replicas=replicas,
+        changed_at=data.get("changedAt"),
+        reason=data.get("reason"),
+        rolled=bool(data.get("rolled", False)),
+    )

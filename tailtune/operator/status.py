@@ -1,0 +1,176 @@
+"""Pure status computation: one function per condition, `Ready` derived from them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from tailtune.api.v1alpha1 import (
+    BatchingStatus,
+    Condition,
+    Endpoints,
+    EngineStatus,
+    InferenceService,
+    InferenceServiceStatus,
+    LatencyStatus,
+    ReplicaStatus,
+)
+from tailtune.operator.builders.common import GRPC_PORT, HTTP_PORT, service_name
+from tailtune.operator.observed import EngineInfo, Observed
+
+ENGINE_READY, SERVING_READY, SLO_MET, READY = "EngineReady", "ServingReady", "SLOMet", "Ready"
+
+# Reasons (CamelCase constants).
+INVALID_SPEC = "InvalidSpec"
+ENGINE_BUILD_PENDING = "EngineBuildPending"
+ENGINE_BUILD_RUNNING = "EngineBuildRunning"
+ENGINE_BUILD_UNSCHEDULABLE = "EngineBuildUnschedulable"
+ENGINE_BUILD_FAILED = "EngineBuildFailed"
+ENGINE_BUILT = "EngineBuilt"
+WAITING_FOR_ENGINE = "WaitingForEngine"
+ENGINE_IO_UNKNOWN = "EngineIOUnknown"
+INVALID_MODEL_CONFIG = "InvalidModelConfig"
+DEPLOYMENT_PENDING = "DeploymentPending"
+UNSCHEDULABLE = "Unschedulable"
+PODS_NOT_READY = "PodsNotReady"
+SERVING_AVAILABLE = "ServingAvailable"
+NO_LATENCY_DATA = "NoLatencyData"
+SLO_VIOLATED = "SLOViolated"
+WITHIN_SLO = "WithinSLO"
+ALL_READY = "AllComponentsReady"
+
+
+def _cond(type_: str, ok: bool | None, reason: str, message: str) -> Condition:
+    status = "Unknown" if ok is None else ("True" if ok else "False")
+    return Condition(type=type_, status=status, reason=reason, message=message)
+
+
+def compute_engine_condition(observed: Observed) -> Condition:
+    """EngineReady from the build Job."""
+    job = observed.job
+    if job is None:
+        return _cond(ENGINE_READY, False, ENGINE_BUILD_PENDING, "engine build Job not created yet")
+    if job.succeeded:
+        return _cond(ENGINE_READY, True, ENGINE_BUILT, "engine built and stored")
+    if job.failed:
+        detail = job.message.strip() or "the build Job failed without a termination message"
+        return _cond(ENGINE_READY, False, ENGINE_BUILD_FAILED, f"engine build failed: {detail}")
+    if job.unschedulable:
+        return _cond(
+            ENGINE_READY,
+            False,
+            ENGINE_BUILD_UNSCHEDULABLE,
+            f"build pod cannot be scheduled: {job.unschedulable}",
+        )
+    return _cond(ENGINE_READY, False, ENGINE_BUILD_RUNNING, "engine build Job is running")
+
+
+def compute_serving_condition(
+    isvc: InferenceService, observed: Observed, engine_ready: bool, problem: tuple[str, str] | None = None
+) -> Condition:
+    """ServingReady from the Deployment and its pods (or why it could not be built)."""
+    if not engine_ready:
+        return _cond(SERVING_READY, False, WAITING_FOR_ENGINE, "waiting for the engine")
+    if problem is not None:
+        return _cond(SERVING_READY, False, *problem)
+    dep = observed.deployment
+    if dep is None:
+        return _cond(SERVING_READY, False, DEPLOYMENT_PENDING, "Triton Deployment not created yet")
+    counts = f"{dep.ready_replicas}/{dep.replicas} Triton pods ready"
+    if dep.ready_replicas > 0:
+        return _cond(SERVING_READY, True, SERVING_AVAILABLE, counts)
+    if dep.unschedulable:
+        product = isvc.spec.serving.gpu.product
+        return _cond(
+            SERVING_READY,
+            False,
+            UNSCHEDULABLE,
+            f"{counts}; pods cannot be scheduled on a node with nvidia.com/gpu.product={product}: {dep.unschedulable}",
+        )
+    detail = f"; {dep.not_ready_reason}" if dep.not_ready_reason else "; waiting for model load and warmup"
+    return _cond(SERVING_READY, False, PODS_NOT_READY, counts + detail)
+
+
+def compute_slo_condition(isvc: InferenceService, latency: LatencyStatus) -> Condition:
+    """SLOMet from the last latency observation."""
+    slo = isvc.spec.slo
+    label = f"P{slo.percentile:g}"
+    if latency.observed_ms is None:
+        return _cond(SLO_MET, None, NO_LATENCY_DATA, f"no {label} latency data from Prometheus yet")
+    message = f"{label} {latency.observed_ms:.1f} ms vs SLO {slo.latency_ms:g} ms"
+    if latency.observed_ms <= slo.latency_ms:
+        return _cond(SLO_MET, True, WITHIN_SLO, message)
+    return _cond(SLO_MET, False, SLO_VIOLATED, message)
+
+
+def compute_ready_condition(engine: Condition, serving: Condition) -> Condition:
+    """Ready: the engine is built and Triton serves it. SLOMet is reported beside it, not gating it."""
+    for c in (engine, serving):
+        if c.status != "True":
+            return _cond(READY, False, c.reason, c.message)
+    return _cond(READY, True, ALL_READY, "engine built and Triton serving")
+
+
+def merge_conditions(old: list[Condition], new: list[Condition], *, now: datetime, generation: int) -> list[Condition]:
+    """Stamp observedGeneration; keep lastTransitionTime where the status did not change."""
+    previous = {c.type: c for c in old}
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    merged = []
+    for c in new:
+        before = previous.get(c.type)
+        ltt = before.last_transition_time if before and before.status == c.status else stamp
+        merged.append(c.model_copy(update={"last_transition_time": ltt, "observed_generation": generation}))
+    return merged
+
+
+def invalid_spec_status(
+    old: InferenceServiceStatus, message: str, *, generation: int, now: datetime
+) -> InferenceServiceStatus:
+    """Status for a spec only the operator could judge invalid: Ready=False, InvalidSpec, no children."""
+    ready = _cond(READY, False, INVALID_SPEC, message)
+    conditions = merge_conditions(old.conditions, [ready], now=now, generation=generation)
+    return old.model_copy(update={"observed_generation": generation, "conditions": conditions})
+
+
+def compute_status(
+    isvc: InferenceService,
+    observed: Observed,
+    *,
+    engine_info: EngineStatus,
+    batching: BatchingStatus,
+    desired_replicas: int,
+    latency: LatencyStatus,
+    now: datetime,
+    serving_problem: tuple[str, str] | None = None,
+) -> InferenceServiceStatus:
+    """The whole status for one reconcile, written once by the caller."""
+    engine = compute_engine_condition(observed)
+    serving = compute_serving_condition(isvc, observed, engine.status == "True", serving_problem)
+    slo = compute_slo_condition(isvc, latency)
+    ready = compute_ready_condition(engine, serving)
+    generation = isvc.metadata.generation
+    conditions = merge_conditions(isvc.status.conditions, [engine, serving, slo, ready], now=now, generation=generation)
+    ns, svc = isvc.metadata.namespace, service_name(isvc)
+    dep = observed.deployment
+    return InferenceServiceStatus(
+        observed_generation=generation,
+        conditions=conditions,
+        engine=engine_info,
+        endpoints=Endpoints(http=f"http://{svc}.{ns}.svc:{HTTP_PORT}", grpc=f"{svc}.{ns}.svc:{GRPC_PORT}"),
+        replicas=ReplicaStatus(desired=desired_replicas, ready=dep.ready_replicas if dep else 0),
+        batching=batching,
+        latency=latency,
+    )
+
+
+def engine_status(cache_key: str, store_pvc: str, info: EngineInfo | None, previous: EngineStatus) -> EngineStatus:
+    """status.engine from the cache key and, once built, what the builder reported (kept once known)."""
+    if info is None and previous.cache_key == cache_key:
+        return previous.model_copy(update={"job_name": cache_key})
+    info = info or EngineInfo()
+    return EngineStatus(
+        cache_key=cache_key,
+        job_name=cache_key,
+        location=info.location or f"pvc://{store_pvc}/{cache_key}",
+        tensorrt_version=info.tensorrt_version,
+        gpu_product=info.gpu_product,
+    )

@@ -1,0 +1,52 @@
+"""The pydantic models judge specs the way the CRD's CEL rules do."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from tailtune.api import InferenceService
+from tests.unit.factories import make_isvc
+
+
+def test_defaults_fill_a_minimal_spec() -> None:
+    isvc = make_isvc().obj()
+    assert isvc.spec.engine.backend == "tensorrt"
+    assert isvc.spec.engine.optimization_profile.max == 32
+    assert isvc.spec.slo.percentile == 99
+    assert isvc.spec.tuning.mode == "hot"
+    assert isvc.model_name == "demo"
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "needle"),
+    [
+        ("spec.tuning.maxBatchSize", {"min": 1, "max": 64}, "tuning.maxBatchSize.max must be <="),
+        ("spec.serving.batching", {"maxBatchSize": 64}, "serving.batching.maxBatchSize must be <="),
+        ("spec.serving.batching", {"maxBatchSize": 4, "preferredBatchSizes": [8]}, "preferredBatchSizes entry 8"),
+        ("spec.serving.replicas", {"min": 3, "max": 2}, "replicas.min must be <= replicas.max"),
+        ("spec.engine.precision", "int8", "calibrationCacheUri"),
+        ("spec.engine.optimizationProfile", {"opt": 16, "max": 8}, "opt must be <="),
+        ("spec.warmup.batchSizes", [16], "warmup.batchSizes"),
+        ("spec.model.uri", "ftp://x/y", "pattern"),
+        ("spec.slo.latencyMs", 0, "greater than 0"),
+        ("spec.serving.gpu.typo", 1, "Extra inputs"),
+    ],
+)
+def test_invalid_specs_name_the_field(path: str, value: object, needle: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        make_isvc().set(path, value).obj()
+    assert needle in str(err.value)
+
+
+def test_onnxruntime_refuses_int8() -> None:
+    with pytest.raises(ValidationError, match="onnxruntime supports precision fp32 or fp16"):
+        make_isvc().backend("onnxruntime", "bf16").obj()
+
+
+def test_wire_names_round_trip() -> None:
+    raw = make_isvc().set("spec.engine.workspaceMiB", 2048).dict()
+    isvc = InferenceService.model_validate(raw)
+    dumped = isvc.spec.model_dump(by_alias=True)
+    assert dumped["engine"]["workspaceMiB"] == 2048
+    assert dumped["serving"]["instancesPerGpu"] == 1

@@ -1,0 +1,107 @@
+"""reconcile against a recording stand-in of the API-server port (the real API server is in tests/e2e)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from tailtune.api.v1alpha1 import InferenceService, InferenceServiceStatus, ObjectMeta
+from tailtune.operator.builders.common import Manifest
+from tailtune.operator.observed import DeploymentObservation, JobObservation, Observed
+from tailtune.operator.reconcile import reconcile
+from tests.unit.factories import make_isvc
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class RecordingCluster:
+    """Serves a fixed observation and records every write."""
+
+    def __init__(self, observed: Observed) -> None:
+        self.observed = observed
+        self.applied: list[Manifest] = []
+        self.statuses: list[InferenceServiceStatus] = []
+        self.events: list[tuple[str, str]] = []
+
+    async def observe(self, isvc: InferenceService, job_name: str) -> Observed:
+        return self.observed
+
+    async def apply(self, manifest: Manifest) -> None:
+        self.applied.append(manifest)
+
+    async def write_status(self, meta: ObjectMeta, status: InferenceServiceStatus) -> None:
+        self.statuses.append(status)
+
+    async def emit_event(self, meta: ObjectMeta, type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason))
+
+
+def _run(raw: dict[str, Any], cluster: RecordingCluster) -> None:
+    asyncio.run(reconcile(raw, cluster, NOW))
+
+
+def _with_status(raw: dict[str, Any], status: InferenceServiceStatus) -> dict[str, Any]:
+    return {**raw, "status": status.model_dump(by_alias=True, mode="json", exclude_none=True)}
+
+
+def _cond(status: InferenceServiceStatus, type_: str) -> tuple[str, str]:
+    c = next(c for c in status.conditions if c.type == type_)
+    return c.status, c.reason
+
+
+def test_invalid_spec_creates_nothing_and_writes_once() -> None:
+    raw = make_isvc().set("spec.serving.resources", {"limits": {"nvidia.com/gpu": "2"}}).dict()
+    cluster = RecordingCluster(Observed())
+    _run(raw, cluster)
+    assert cluster.applied == []
+    assert _cond(cluster.statuses[0], "Ready") == ("False", "InvalidSpec")
+    assert "spec.serving.gpu.count" in cluster.statuses[0].conditions[0].message
+    # Same bad spec again: nothing to write, so no hot loop of writes and events.
+    _run(_with_status(raw, cluster.statuses[0]), cluster)
+    assert len(cluster.statuses) == 1 and len(cluster.events) == 1
+
+
+def test_schema_bypass_is_reported_with_the_field() -> None:
+    raw = make_isvc().dict()
+    raw["spec"]["serving"]["replicas"] = {"min": 5, "max": 1}
+    cluster = RecordingCluster(Observed())
+    _run(raw, cluster)
+    message = cluster.statuses[0].conditions[0].message
+    assert "spec.serving.replicas" in message and "min must be <= replicas.max" in message
+
+
+def test_first_reconcile_applies_the_build_job() -> None:
+    cluster = RecordingCluster(Observed())
+    _run(make_isvc().dict(), cluster)
+    assert [m["kind"] for m in cluster.applied] == ["Job"]
+    status = cluster.statuses[0]
+    assert _cond(status, "EngineReady") == ("False", "EngineBuildPending")
+    assert status.engine.cache_key == cluster.applied[0]["metadata"]["name"]
+
+
+def test_built_engine_and_ready_pods_make_ready_and_steady_state_writes_nothing() -> None:
+    observed = Observed(
+        job=JobObservation(succeeded=True),
+        deployment=DeploymentObservation(replicas=1, ready_replicas=1, ready_pod_ips=("10.0.0.5",)),
+    )
+    cluster = RecordingCluster(observed)
+    raw = make_isvc().dict()
+    _run(raw, cluster)
+    assert [m["kind"] for m in cluster.applied] == ["ConfigMap", "Deployment", "Service"]
+    status = cluster.statuses[-1]
+    assert _cond(status, "Ready") == ("True", "AllComponentsReady")
+    assert status.replicas.ready == 1 and status.batching.max_batch_size == 8
+    assert ("Normal", "AllComponentsReady") in cluster.events
+    _run(_with_status(raw, status), cluster)
+    assert len(cluster.statuses) == 1  # unchanged status is not written again
+
+
+def test_failed_build_copies_the_termination_message() -> None:
+    cluster = RecordingCluster(Observed(job=JobObservation(failed=True, message="sha256 mismatch: got ab, want cd")))
+    _run(make_isvc().dict(), cluster)
+    assert cluster.applied == []
+    status = cluster.statuses[0]
+    assert _cond(status, "EngineReady") == ("False", "EngineBuildFailed")
+    assert "sha256 mismatch" in next(c.message for c in status.conditions if c.type == "EngineReady")
+    assert ("Warning", "EngineBuildFailed") in cluster.events

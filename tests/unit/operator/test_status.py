@@ -1,0 +1,92 @@
+"""Conditions: one table per condition function, plus Ready's derivation and transition times."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from tailtune.api.v1alpha1 import Condition, LatencyStatus
+from tailtune.operator import status as st
+from tailtune.operator.observed import DeploymentObservation, JobObservation, Observed
+from tests.unit.factories import make_isvc
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+T1 = datetime(2026, 1, 1, 0, 5, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("job", "status", "reason", "needle"),
+    [
+        (None, "False", st.ENGINE_BUILD_PENDING, "not created"),
+        (JobObservation(active=True), "False", st.ENGINE_BUILD_RUNNING, "running"),
+        (JobObservation(unschedulable="0/3 nodes"), "False", st.ENGINE_BUILD_UNSCHEDULABLE, "0/3 nodes"),
+        (JobObservation(failed=True, message="digest mismatch"), "False", st.ENGINE_BUILD_FAILED, "digest mismatch"),
+        (JobObservation(failed=True), "False", st.ENGINE_BUILD_FAILED, "without a termination message"),
+        (JobObservation(succeeded=True), "True", st.ENGINE_BUILT, "built"),
+    ],
+)
+def test_engine_condition(job: JobObservation | None, status: str, reason: str, needle: str) -> None:
+    c = st.compute_engine_condition(Observed(job=job))
+    assert (c.status, c.reason) == (status, reason)
+    assert needle in c.message
+
+
+@pytest.mark.parametrize(
+    ("engine_ready", "dep", "problem", "status", "reason", "needle"),
+    [
+        (False, None, None, "False", st.WAITING_FOR_ENGINE, "engine"),
+        (True, None, None, "False", st.DEPLOYMENT_PENDING, "not created"),
+        (True, None, ("EngineIOUnknown", "set spec.model.inputs"), "False", "EngineIOUnknown", "spec.model.inputs"),
+        (True, DeploymentObservation(replicas=2), None, "False", st.PODS_NOT_READY, "warmup"),
+        (
+            True,
+            DeploymentObservation(replicas=1, unschedulable="0/3 nodes are available: 3 node(s) didn't match"),
+            None,
+            "False",
+            st.UNSCHEDULABLE,
+            "nvidia.com/gpu.product=NVIDIA-L4",
+        ),
+        (True, DeploymentObservation(replicas=1, not_ready_reason="triton: CrashLoopBackOff"), None, "False",
+         st.PODS_NOT_READY, "CrashLoopBackOff"),
+        (True, DeploymentObservation(replicas=2, ready_replicas=1), None, "True", st.SERVING_AVAILABLE, "1/2"),
+    ],
+)  # fmt: skip
+def test_serving_condition(
+    engine_ready: bool,
+    dep: DeploymentObservation | None,
+    problem: tuple[str, str] | None,
+    status: str,
+    reason: str,
+    needle: str,
+) -> None:
+    c = st.compute_serving_condition(make_isvc().obj(), Observed(deployment=dep), engine_ready, problem)
+    assert (c.status, c.reason) == (status, reason)
+    assert needle in c.message
+
+
+@pytest.mark.parametrize(
+    ("observed", "status", "reason"),
+    [(None, "Unknown", st.NO_LATENCY_DATA), (29.9, "True", st.WITHIN_SLO), (30.1, "False", st.SLO_VIOLATED)],
+)
+def test_slo_condition(observed: float | None, status: str, reason: str) -> None:
+    c = st.compute_slo_condition(make_isvc().obj(), LatencyStatus(observed_ms=observed))
+    assert (c.status, c.reason) == (status, reason)
+
+
+def test_ready_takes_the_first_failing_component() -> None:
+    ok = Condition(type="EngineReady", status="True", reason="EngineBuilt")
+    bad = Condition(type="ServingReady", status="False", reason="Unschedulable", message="no node")
+    ready = st.compute_ready_condition(ok, bad)
+    assert (ready.status, ready.reason, ready.message) == ("False", "Unschedulable", "no node")
+    assert st.compute_ready_condition(ok, ok.model_copy(update={"type": "ServingReady"})).status == "True"
+
+
+def test_transition_time_kept_while_status_holds() -> None:
+    first = st.merge_conditions([], [Condition(type="Ready", status="False", reason="A")], now=T0, generation=1)
+    same = st.merge_conditions(first, [Condition(type="Ready", status="False", reason="B")], now=T1, generation=2)
+    flipped = st.merge_conditions(same, [Condition(type="Ready", status="True", reason="C")], now=T1, generation=2)
+    assert first[0].last_transition_time == "2026-01-01T00:00:00Z"
+    assert same[0].last_transition_time == "2026-01-01T00:00:00Z"
+    assert same[0].observed_generation == 2
+    assert flipped[0].last_transition_time == "2026-01-01T00:05:00Z"
