@@ -16,7 +16,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException  # re-exported for the handlers
 
 from tailtune.api import API_VERSION, GROUP, KIND, PLURAL, VERSION, InferenceService, InferenceServiceStatus
-from tailtune.api.v1alpha1 import ObjectMeta
+from tailtune.api.v1alpha1 import LatencyStatus, ObjectMeta
 from tailtune.operator.builders.common import Manifest, deployment_name, selector
 from tailtune.operator.observed import DeploymentObservation, JobObservation, Observed
 
@@ -160,6 +160,20 @@ class Cluster:
             self.custom.patch_namespaced_custom_object_status,
             GROUP, VERSION, meta.namespace, PLURAL, meta.name, body,
         )  # fmt: skip
+
+    async def patch_annotations(self, meta: ObjectMeta, annotations: dict[str, str]) -> None:
+        """Merge-patch annotations of the InferenceService (tuner state and the config in force)."""
+        body = {"metadata": {"annotations": annotations}}
+        await asyncio.to_thread(
+            self.custom.patch_namespaced_custom_object, GROUP, VERSION, meta.namespace, PLURAL, meta.name, body
+        )
+
+    async def patch_latency(self, meta: ObjectMeta, latency: LatencyStatus) -> None:
+        """Merge-patch status.latency only (the tuner's observation; reconcile owns the rest of status)."""
+        body = {"status": {"latency": latency.model_dump(by_alias=True, mode="json")}}
+        await asyncio.to_thread(
+            self.custom.patch_namespaced_custom_object_status, GROUP, VERSION, meta.namespace, PLURAL, meta.name, body
+        )
 
     async def emit_event(self, meta: ObjectMeta, type_: str, reason: str, message: str) -> None:
         """A Kubernetes Event on the InferenceService (condition transitions, tuner decisions)."""

@@ -44,7 +44,7 @@ def _cond(type_: str, ok: bool | None, reason: str, message: str) -> Condition:
     return Condition(type=type_, status=status, reason=reason, message=message)
 
 
-def compute_engine_condition(observed: Observed) -> Condition:
+def compute_engine_condition(isvc: InferenceService, observed: Observed) -> Condition:
     """EngineReady from the build Job."""
     job = observed.job
     if job is None:
@@ -55,12 +55,9 @@ def compute_engine_condition(observed: Observed) -> Condition:
         detail = job.message.strip() or "the build Job failed without a termination message"
         return _cond(ENGINE_READY, False, ENGINE_BUILD_FAILED, f"engine build failed: {detail}")
     if job.unschedulable:
-        return _cond(
-            ENGINE_READY,
-            False,
-            ENGINE_BUILD_UNSCHEDULABLE,
-            f"build pod cannot be scheduled: {job.unschedulable}",
-        )
+        product = isvc.spec.serving.gpu.product
+        message = f"no node with nvidia.com/gpu.product={product} can take the build pod: {job.unschedulable}"
+        return _cond(ENGINE_READY, False, ENGINE_BUILD_UNSCHEDULABLE, message)
     return _cond(ENGINE_READY, False, ENGINE_BUILD_RUNNING, "engine build Job is running")
 
 
@@ -143,7 +140,7 @@ def compute_status(
     serving_problem: tuple[str, str] | None = None,
 ) -> InferenceServiceStatus:
     """The whole status for one reconcile, written once by the caller."""
-    engine = compute_engine_condition(observed)
+    engine = compute_engine_condition(isvc, observed)
     serving = compute_serving_condition(isvc, observed, engine.status == "True", serving_problem)
     slo = compute_slo_condition(isvc, latency)
     ready = compute_ready_condition(engine, serving)

@@ -40,7 +40,7 @@ def test_service_golden() -> None:
 
 
 def test_configmap_golden() -> None:
-    _golden("configmap", build_model_configmap(make_isvc().obj(), "name: \"demo\"\n"))
+    _golden("configmap", build_model_configmap(make_isvc().obj(), 'name: "demo"\n'))
 
 
 def test_engine_job_runs_on_the_serving_gpu_product() -> None:
@@ -80,8 +80,10 @@ def _hash(objs: dict[str, dict[str, Any]]) -> str:
 @pytest.mark.parametrize(("mode", "rolls"), [("hot", False), ("rolling", True)])
 def test_tuner_batching_rolls_pods_only_in_rolling_mode(mode: str, rolls: bool) -> None:
     base = make_isvc().set("spec.tuning.mode", mode)
-    tuned = make_isvc().set("spec.tuning.mode", mode).annotate(
-        "tailtune.io/applied", '{"batching": {"maxBatchSize": 16}, "replicas": 1}'
+    tuned = (
+        make_isvc()
+        .set("spec.tuning.mode", mode)
+        .annotate("tailtune.io/applied", '{"batching": {"maxBatchSize": 16}, "replicas": 1}')
     )
     before, after = _objects(base), _objects(tuned)
     assert "max_batch_size: 16" in after["ConfigMap"]["data"]["config.pbtxt"]

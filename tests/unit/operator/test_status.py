@@ -20,14 +20,14 @@ T1 = datetime(2026, 1, 1, 0, 5, tzinfo=UTC)
     [
         (None, "False", st.ENGINE_BUILD_PENDING, "not created"),
         (JobObservation(active=True), "False", st.ENGINE_BUILD_RUNNING, "running"),
-        (JobObservation(unschedulable="0/3 nodes"), "False", st.ENGINE_BUILD_UNSCHEDULABLE, "0/3 nodes"),
+        (JobObservation(unschedulable="0/3 nodes"), "False", st.ENGINE_BUILD_UNSCHEDULABLE, "product=NVIDIA-L4"),
         (JobObservation(failed=True, message="digest mismatch"), "False", st.ENGINE_BUILD_FAILED, "digest mismatch"),
         (JobObservation(failed=True), "False", st.ENGINE_BUILD_FAILED, "without a termination message"),
         (JobObservation(succeeded=True), "True", st.ENGINE_BUILT, "built"),
     ],
 )
 def test_engine_condition(job: JobObservation | None, status: str, reason: str, needle: str) -> None:
-    c = st.compute_engine_condition(Observed(job=job))
+    c = st.compute_engine_condition(make_isvc().obj(), Observed(job=job))
     assert (c.status, c.reason) == (status, reason)
     assert needle in c.message
 

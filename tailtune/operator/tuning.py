@@ -1,0 +1,163 @@
+"""The tuner's plumbing in the operator: Prometheus in, Triton model control and the object out.
+
+The law is pure (`tailtune.tuner.law`); this module gives it its three sides for one InferenceService:
+- reader: `tailtune.tuner.prom` (the only module that talks to Prometheus),
+- applier: hot mode reloads the batching into every ready Triton pod (load with config override), then
+  records the config in force in an annotation so reconcile updates the ConfigMap (restarted pods come back
+  with it) and the replica count; a failed hot apply falls back to a rolling update. Rolling mode only
+  records, and reconcile rolls the Deployment.
+- recorder: the tuner state (annotation, survives restarts), `status.latency`, and an Event on a change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from tailtune.api.v1alpha1 import InferenceService, LatencyStatus, ObjectMeta
+from tailtune.operator.engine import engine_cache_key, parse_build_report
+from tailtune.operator.modelconfig import model_config_json
+from tailtune.operator.observed import Observed
+from tailtune.operator.spec_checks import APPLIED_ANNOTATION, Applied, applied_config
+from tailtune.triton.control import ApplyError, apply_config
+from tailtune.tuner.law import decide
+from tailtune.tuner.types import Decision, Observation, Policy, TunerState
+
+log = logging.getLogger(__name__)
+
+STATE_ANNOTATION = "tailtune.io/tuner-state"
+TRITON_HTTP_PORT = 8000
+
+
+class TunerCluster(Protocol):
+    """What the tuner needs from the API server (`kube.Cluster`)."""
+
+    async def observe(self, isvc: InferenceService, job_name: str) -> Observed: ...
+    async def patch_annotations(self, meta: ObjectMeta, annotations: dict[str, str]) -> None: ...
+    async def patch_latency(self, meta: ObjectMeta, latency: LatencyStatus) -> None: ...
+    async def emit_event(self, meta: ObjectMeta, type_: str, reason: str, message: str) -> None: ...
+
+
+class Reader(Protocol):
+    """Reads one window of the latency signal (`tailtune.tuner.prom` in production)."""
+
+    def read(self, window_end: datetime) -> Observation: ...
+
+
+def policy_for(isvc: InferenceService) -> Policy:
+    """The law's policy from the spec."""
+    spec = isvc.spec
+    return Policy.from_spec(
+        spec.slo,
+        spec.tuning,
+        spec.serving.replicas,
+        spec.engine.optimization_profile.max,
+        instances=spec.serving.instances_per_gpu,
+    )
+
+
+def state_for(isvc: InferenceService, applied: Applied) -> TunerState:
+    """The kept tuner state, or a fresh one from the config in force (also when the kept one no longer fits)."""
+    raw = isvc.metadata.annotations.get(STATE_ANNOTATION)
+    fresh = TunerState.initial(applied.batching, applied.replicas)
+    if not raw:
+        return fresh
+    try:
+        kept = TunerState.from_dict(json.loads(raw))
+    except (ValueError, ValidationError):
+        return fresh
+    if kept.batching != applied.batching or kept.replicas != applied.replicas:
+        # The spec or a user moved the config under the tuner: start over from what is in force.
+        return fresh
+    return kept
+
+
+def latency_status(observation: Observation, percentile: float, now: datetime) -> LatencyStatus:
+    """status.latency from one window (None fields when the signal is missing)."""
+    return LatencyStatus(
+        observed_ms=None if observation.p_latency_ms is None else round(observation.p_latency_ms, 2),
+        percentile=percentile,
+        throughput_rps=None if observation.request_rate is None else round(observation.request_rate, 2),
+        observed_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+
+
+@dataclass
+class HotApplyReport:
+    """What a hot apply did: seconds per pod, and the failures that force a rolling update."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+
+
+def hot_apply(pod_ips: tuple[str, ...], model: str, config_json: str) -> HotApplyReport:
+    """Reload the model with the new config in each ready pod (Triton swaps when the new copy is READY)."""
+    report = HotApplyReport()
+    for ip in pod_ips:
+        try:
+            result = apply_config(f"http://{ip}:{TRITON_HTTP_PORT}", model, config_json)
+            report.seconds[ip] = result.seconds
+        except (ApplyError, OSError, ConnectionError) as exc:
+            report.failures[ip] = str(exc)
+        except Exception as exc:  # tritonclient raises its own exception types for transport errors
+            report.failures[ip] = f"{type(exc).__name__}: {exc}"
+    return report
+
+
+async def tune_step(isvc: InferenceService, cluster: TunerCluster, reader: Reader, now: datetime) -> Decision | None:
+    """One tuner tick for one InferenceService: read, decide, apply (hot or rolling), record.
+
+    Returns None without reading anything while no Triton pod serves (nothing to tune yet).
+    """
+    observed = await cluster.observe(isvc, engine_cache_key(isvc))
+    if observed.deployment is None or not observed.deployment.ready_pod_ips:
+        return None
+    job = observed.job
+    engine_info = parse_build_report(job.message) if job is not None and job.succeeded else None
+    applied = applied_config(isvc)
+    state = state_for(isvc, applied)
+    policy = policy_for(isvc)
+    observation = await asyncio.to_thread(reader.read, now)
+    decision = decide(state, observation, policy, now)
+    annotations = {STATE_ANNOTATION: json.dumps(decision.state.to_dict(), sort_keys=True)}
+    if decision.changed:
+        rolled = False
+        if isvc.spec.tuning.mode == "hot" and decision.batching != applied.batching:
+            ips = observed.deployment.ready_pod_ips
+            config = model_config_json(isvc, decision.batching, engine_info)
+            report = await asyncio.to_thread(hot_apply, ips, isvc.model_name, config)
+            rolled = bool(report.failures)
+            if rolled:
+                await cluster.emit_event(
+                    isvc.metadata, "Warning", "HotReloadFailed",
+                    f"hot reload failed on {sorted(report.failures)}; rolling the Deployment instead: "
+                    + "; ".join(report.failures.values()),
+                )  # fmt: skip
+            elif report.seconds:
+                slowest = max(report.seconds.values())
+                log.info("%s: hot reload on %d pods, slowest %.2f s", isvc.metadata.name, len(ips), slowest)
+        annotations[APPLIED_ANNOTATION] = Applied(
+            batching=decision.batching,
+            replicas=decision.replicas,
+            changed_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            reason=decision.reason,
+            rolled=rolled or applied.rolled,
+        ).to_annotation()
+        await cluster.emit_event(isvc.metadata, "Normal", decision.reason_code or "TunerChange", decision.reason)
+    await cluster.patch_annotations(isvc.metadata, annotations)
+    await cluster.patch_latency(isvc.metadata, latency_status(observation, isvc.spec.slo.percentile, now))
+    return decision
+
+
+def parse_isvc(raw: dict[str, Any]) -> InferenceService | None:
+    """The object, or None when it does not parse (reconcile reports that; the tuner just waits)."""
+    try:
+        return InferenceService.model_validate(raw)
+    except ValidationError:
+        return None
