@@ -70,7 +70,7 @@ def main() -> int:
     results = {name: per_call_us(fn) for name, fn in cases.items()}
     base = results["parse (baseline)"]
     OUT.mkdir(parents=True, exist_ok=True)
-    lines = ["| step | µs per resource | × parse |", "| --- | ---: | ---: |"]
+    lines = ["| step | µs per resource | x parse |", "| --- | ---: | ---: |"]
     lines += [f"| {k} | {v:.0f} | {v / base:.1f} |" for k, v in results.items()]
     (OUT / "report.md").write_text("# Pure reconcile path\n\n" + "\n".join(lines) + "\n")
     (OUT / "results.json").write_text(
@@ -78,7 +78,7 @@ def main() -> int:
     )
     fig, ax = plt.subplots(figsize=(7, 3))
     ax.barh(list(results), [v / base for v in results.values()], color="#4c72b0")
-    ax.set_xlabel("time per resource, × pydantic parse of the same object")
+    ax.set_xlabel("time per resource, x pydantic parse of the same object")
     ax.set_title("tailtune pure reconcile path")
     fig.tight_layout()
     fig.savefig(OUT / "reconcile.png", dpi=120)
