@@ -29,6 +29,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/pip install -q --no-deps tensorrt-stubs
   touch "$stamp"
 fi
+if [ ! -d .typings/tensorrt ]; then
+  PATH="$PWD/.venv/bin:$PATH" bash hack/tensorrt-stubs.sh .typings
+fi
 
 log "local cluster binaries"
 bash hack/cluster/build.sh >/dev/null

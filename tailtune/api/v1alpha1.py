@@ -139,8 +139,8 @@ class Engine(Model):
             ".calibrationCacheUri",
         ),
         (
-            "self.backend != 'onnxruntime' || self.precision == 'fp32' || self.precision == 'fp16'",
-            "backend onnxruntime supports precision fp32 or fp16 only",
+            "self.backend != 'onnxruntime' || self.precision == 'fp32'",
+            "backend onnxruntime serves the ONNX model as it is: set engine.precision to fp32",
             ".precision",
         ),
     )
@@ -180,8 +180,8 @@ class Engine(Model):
     def _rules(self) -> Engine:
         if self.precision == "int8" and self.calibration_cache_uri is None:
             raise ValueError("precision int8 needs engine.calibrationCacheUri")
-        if self.backend == "onnxruntime" and self.precision not in ("fp32", "fp16"):
-            raise ValueError("backend onnxruntime supports precision fp32 or fp16 only")
+        if self.backend == "onnxruntime" and self.precision != "fp32":
+            raise ValueError("backend onnxruntime serves the ONNX model as it is: set engine.precision to fp32")
         return self
 
 

@@ -151,7 +151,7 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("replicas min above max", {"spec.serving.replicas": {"min": 3, "max": 2}}, "replicas.min must be <= replicas.max"),
     ("int8 without calibration", {"spec.engine.precision": "int8"}, "precision int8 needs engine.calibrationCacheUri"),
     ("onnxruntime bf16", {"spec.engine.backend": "onnxruntime", "spec.engine.precision": "bf16"},
-     "backend onnxruntime supports precision fp32 or fp16 only"),
+     "backend onnxruntime serves the ONNX model as it is: set engine.precision to fp32"),
     ("profile opt above max", {"spec.engine.optimizationProfile": {"opt": 64, "max": 32}},
      "optimizationProfile.opt must be <= optimizationProfile.max"),
     ("warmup batch above max batch", {"spec.warmup.batchSizes": [16]},

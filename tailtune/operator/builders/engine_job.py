@@ -40,7 +40,7 @@ def builder_args(isvc: InferenceService, cache_key: str) -> list[str]:
         "--gpu-product", spec.serving.gpu.product,
         "--model-name", isvc.model_name,
         "--store", ENGINE_MOUNT,
-        "--key", cache_key,
+        "--cache-key", cache_key,
     ]  # fmt: skip
     if spec.model.sha256:
         args += ["--sha256", spec.model.sha256]

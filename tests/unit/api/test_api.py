@@ -40,7 +40,7 @@ def test_invalid_specs_name_the_field(path: str, value: object, needle: str) -> 
 
 
 def test_onnxruntime_refuses_int8() -> None:
-    with pytest.raises(ValidationError, match="onnxruntime supports precision fp32 or fp16"):
+    with pytest.raises(ValidationError, match="onnxruntime serves the ONNX model as it is"):
         make_isvc().backend("onnxruntime", "bf16").obj()
 
 

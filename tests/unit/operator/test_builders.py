@@ -48,7 +48,7 @@ def test_engine_job_runs_on_the_serving_gpu_product() -> None:
     pod = build_engine_job(isvc, "eng-k")["spec"]["template"]["spec"]
     assert pod["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
-    assert "--key" in pod["containers"][0]["command"]
+    assert "--cache-key" in pod["containers"][0]["command"]
 
 
 def test_pvc_model_uri_is_mounted_read_only() -> None:
@@ -123,3 +123,23 @@ def test_build_report_supplies_io() -> None:
     text = next(o for o in desired.objects if o["kind"] == "ConfigMap")["data"]["config.pbtxt"]
     assert 'name: "a"' in text and "TYPE_FP16" in text
     assert desired.engine_info is not None and desired.engine_info.tensorrt_version == "10.8.0"
+
+
+def test_the_builders_success_report_is_what_the_operator_reads() -> None:
+    from tailtune.engine_builder.cli import build_report
+    from tailtune.operator.engine import parse_build_report
+
+    metadata = {
+        "cacheKey": "eng-1",
+        "artifact": "demo/1/model.plan",
+        "tensorrtVersion": "10.8.0.43",
+        "gpu": {"product": "NVIDIA-L4", "name": "NVIDIA L4", "computeCapability": "8.9"},
+        "inputs": [{"name": "x", "dtype": "TYPE_FP16", "onnxDtype": "FLOAT16", "dims": [-1, 3, 224, 224]}],
+        "outputs": [{"name": "y", "dtype": "TYPE_FP16", "onnxDtype": "FLOAT16", "dims": [-1, 1000]}],
+    }
+    info = parse_build_report(build_report(metadata, "eng-1 built in 41 s"))
+    assert info is not None
+    assert (info.tensorrt_version, info.gpu_product, info.location) == ("10.8.0.43", "NVIDIA-L4", "demo/1/model.plan")
+    assert [(t.name, t.data_type, t.dims) for t in info.inputs] == [("x", "TYPE_FP16", [3, 224, 224])]
+    assert [(t.name, t.dims) for t in info.outputs] == [("y", [1000])]
+    assert parse_build_report("EngineBuildFailed: boom") is None

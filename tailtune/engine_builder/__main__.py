@@ -1,0 +1,7 @@
+"""`python -m tailtune.engine_builder`."""
+
+import sys
+
+from tailtune.engine_builder.cli import main
+
+sys.exit(main())
