@@ -14,7 +14,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_OK
 
 
-def build_report(metadata: dict[str, Any], summary: str) -> str:
+def build_report(metadata: Mapping[str, Any], summary: str) -> str:
     """The success termination message: JSON the operator reads for the engine's I/O and versions. Pure.
 
     Tensor dims drop the batch dim (Triton's convention); a tensor whose rank is unknown is left out.
