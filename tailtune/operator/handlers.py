@@ -14,6 +14,8 @@ from tailtune.api import GROUP, KIND, PLURAL, VERSION
 from tailtune.operator.builders.common import MANAGED_BY, PREFIX
 from tailtune.operator.kube import ApiException, Cluster, load_config
 from tailtune.operator.reconcile import reconcile
+from tailtune.operator.tuning import Reader, parse_isvc, slo_condition_moved, tune_step
+from tailtune.tuner.prom import PrometheusReader, Target
 
 log = logging.getLogger(__name__)
 
@@ -92,3 +94,55 @@ async def child_changed(body: kopf.Body, memo: Any, **_: Any) -> None:
             await run_reconcile(memo, namespace or "default", name)
         except ApiException as exc:
             log.warning("reconcile %s/%s after child event: %s %s", namespace, name, exc.status, exc.reason)
+
+
+def prometheus_reader(raw: dict[str, Any]) -> Reader | None:
+    """The latency reader of one InferenceService, or None when its spec does not parse."""
+    isvc = parse_isvc(raw)
+    if isvc is None:
+        return None
+    spec = isvc.spec
+    target = Target(namespace=isvc.metadata.namespace, name=isvc.metadata.name, model=isvc.model_name)
+    return PrometheusReader.connect(
+        spec.metrics.prometheus_url,
+        target,
+        spec.slo.percentile,
+        spec.slo.window_seconds,
+        latency_query=spec.metrics.latency_query,
+    )
+
+
+async def tuner_tick(state: State, namespace: str, name: str) -> float:
+    """One tuner tick; returns the seconds until the next one (the spec's interval)."""
+    raw = await state.cluster.read_isvc(namespace, name)
+    isvc = parse_isvc(raw) if raw else None
+    if raw is None or isvc is None or not isvc.spec.tuning.enabled:
+        return RESYNC_SECONDS
+    async with state.locks[(namespace, name)]:
+        reader = prometheus_reader(raw)
+        if reader is None:
+            return RESYNC_SECONDS
+        now = datetime.now(UTC)
+        decision = await tune_step(isvc, state.cluster, reader, now)
+        if decision is not None and decision.changed:
+            log.info("%s/%s tuner: %s", namespace, name, decision.reason)
+        # SLOMet is status, which reconcile writes: reconcile now only when the new latency moves it.
+        fresh = await state.cluster.read_isvc(namespace, name)
+        fresh_isvc = parse_isvc(fresh) if fresh else None
+        if fresh and fresh_isvc and slo_condition_moved(fresh_isvc, fresh_isvc.status.latency.observed_ms):
+            await reconcile(fresh, state.cluster, now)
+    return float(isvc.spec.tuning.interval_seconds)
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0, initial_delay=5.0)
+async def tuner(namespace: str | None, name: str, memo: Any, stopped: kopf.DaemonStopped, **_: Any) -> None:
+    """The SLO tuner of one InferenceService: every `tuning.intervalSeconds`, read Prometheus, decide, apply."""
+    while not stopped:
+        interval = RESYNC_SECONDS
+        try:
+            interval = await tuner_tick(_state(memo), namespace or "default", name)
+        except ApiException as exc:
+            log.warning("tuner %s/%s: API server %s %s", namespace, name, exc.status, exc.reason)
+        except Exception:  # never let one bad tick kill the daemon: the next tick decides again
+            log.exception("tuner %s/%s: tick failed", namespace, name)
+        await stopped.wait(interval)

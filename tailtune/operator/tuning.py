@@ -25,6 +25,7 @@ from tailtune.operator.engine import engine_cache_key, parse_build_report
 from tailtune.operator.modelconfig import model_config_json
 from tailtune.operator.observed import Observed
 from tailtune.operator.spec_checks import APPLIED_ANNOTATION, Applied, applied_config
+from tailtune.operator.status import SLO_MET, compute_slo_condition
 from tailtune.triton.control import ApplyError, apply_config
 from tailtune.tuner.law import decide
 from tailtune.tuner.types import Decision, Observation, Policy, TunerState
@@ -123,7 +124,11 @@ async def tune_step(isvc: InferenceService, cluster: TunerCluster, reader: Reade
     applied = applied_config(isvc)
     state = state_for(isvc, applied)
     policy = policy_for(isvc)
-    observation = await asyncio.to_thread(reader.read, now)
+    try:
+        observation = await asyncio.to_thread(reader.read, now)
+    except Exception as exc:  # Prometheus down or the query refused: the law holds on missing data, never blind
+        log.warning("%s/%s: latency signal unavailable: %s", isvc.metadata.namespace, isvc.metadata.name, exc)
+        observation = Observation(window_end=now, span_seconds=float(isvc.spec.slo.window_seconds))
     decision = decide(state, observation, policy, now)
     annotations = {STATE_ANNOTATION: json.dumps(decision.state.to_dict(), sort_keys=True)}
     if decision.changed:
@@ -153,6 +158,13 @@ async def tune_step(isvc: InferenceService, cluster: TunerCluster, reader: Reade
     await cluster.patch_annotations(isvc.metadata, annotations)
     await cluster.patch_latency(isvc.metadata, latency_status(observation, isvc.spec.slo.percentile, now))
     return decision
+
+
+def slo_condition_moved(isvc: InferenceService, observation_ms: float | None) -> bool:
+    """Whether SLOMet would change with this observation (then the caller reconciles to write it)."""
+    new = compute_slo_condition(isvc, LatencyStatus(observed_ms=observation_ms))
+    old = next((c for c in isvc.status.conditions if c.type == SLO_MET), None)
+    return old is None or (old.status, old.reason) != (new.status, new.reason)
 
 
 def parse_isvc(raw: dict[str, Any]) -> InferenceService | None:
