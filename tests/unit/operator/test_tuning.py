@@ -1,0 +1,114 @@
+"""The operator's tuner plumbing: state kept on the object, missing signal, rolling mode, SLOMet refresh."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+
+from tailtune.api.v1alpha1 import Batching, InferenceService, LatencyStatus, ObjectMeta
+from tailtune.operator.observed import DeploymentObservation, JobObservation, Observed
+from tailtune.operator.spec_checks import APPLIED_ANNOTATION, applied_config
+from tailtune.operator.tuning import STATE_ANNOTATION, slo_condition_moved, state_for, tune_step
+from tailtune.tuner.types import Observation, TunerState
+from tests.unit.factories import make_isvc
+
+NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
+
+
+class FakeTunerCluster:
+    """Records the tuner's writes; serves a fixed observation of the children."""
+
+    def __init__(self, observed: Observed) -> None:
+        self.observed = observed
+        self.annotations: dict[str, str] = {}
+        self.latency: LatencyStatus | None = None
+        self.events: list[tuple[str, str]] = []
+
+    async def observe(self, isvc: InferenceService, job_name: str) -> Observed:
+        return self.observed
+
+    async def patch_annotations(self, meta: ObjectMeta, annotations: dict[str, str]) -> None:
+        self.annotations.update(annotations)
+
+    async def patch_latency(self, meta: ObjectMeta, latency: LatencyStatus) -> None:
+        self.latency = latency
+
+    async def emit_event(self, meta: ObjectMeta, type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason))
+
+
+class FixedReader:
+    def __init__(self, obs: Observation | Exception) -> None:
+        self.obs = obs
+
+    def read(self, window_end: datetime) -> Observation:
+        if isinstance(self.obs, Exception):
+            raise self.obs
+        return self.obs
+
+
+SERVING = Observed(
+    job=JobObservation(succeeded=True),
+    deployment=DeploymentObservation(replicas=1, ready_replicas=1, ready_pod_ips=("127.0.0.1",)),
+)
+
+
+def test_nothing_is_read_before_pods_serve() -> None:
+    cluster = FakeTunerCluster(Observed(job=JobObservation(succeeded=True)))
+    reader = FixedReader(AssertionError("must not read"))
+    assert asyncio.run(tune_step(make_isvc().obj(), cluster, reader, NOW)) is None
+    assert cluster.annotations == {}
+
+
+def test_prometheus_down_holds_and_reports_missing_latency() -> None:
+    cluster = FakeTunerCluster(SERVING)
+    decision = asyncio.run(tune_step(make_isvc().obj(), cluster, FixedReader(ConnectionError("refused")), NOW))
+    assert decision is not None and not decision.changed and decision.signal_missing
+    assert cluster.latency is not None and cluster.latency.observed_ms is None
+    assert APPLIED_ANNOTATION not in cluster.annotations
+    assert STATE_ANNOTATION in cluster.annotations
+
+
+def test_rolling_mode_records_without_touching_pods() -> None:
+    isvc = make_isvc().set("spec.tuning.mode", "rolling").set("spec.tuning.cooldownSeconds", 0).obj()
+    cluster = FakeTunerCluster(SERVING)
+    # Far over the SLO with a deep queue, several windows in a row: the law must act.
+    state_raw = None
+    for i in range(6):
+        obs = Observation(
+            window_end=NOW.replace(minute=i * 2), span_seconds=60, p_latency_ms=120.0, request_rate=800.0,
+            queue_ms=90.0, compute_ms=10.0, avg_batch=8.0, ready_replicas=1, sample_count=48000,
+        )  # fmt: skip
+        if state_raw:
+            isvc = isvc.model_copy(
+                update={"metadata": isvc.metadata.model_copy(update={"annotations": dict(cluster.annotations)})}
+            )
+        decision = asyncio.run(tune_step(isvc, cluster, FixedReader(obs), NOW.replace(minute=i * 2)))
+        state_raw = cluster.annotations.get(STATE_ANNOTATION)
+        if decision is not None and decision.changed:
+            break
+    assert decision is not None and decision.changed, "the law never acted on a sustained violation"
+    applied = json.loads(cluster.annotations[APPLIED_ANNOTATION])
+    assert applied["reason"] == decision.reason and applied["rolled"] is False
+    assert ("Normal", decision.reason_code) in cluster.events
+
+
+def test_kept_state_is_dropped_when_the_config_moved_under_it() -> None:
+    isvc = make_isvc().obj()
+    kept = TunerState.initial(Batching(max_batch_size=16), 1).model_copy(update={"bad_windows": 2})
+    moved = make_isvc().annotate(STATE_ANNOTATION, json.dumps(kept.to_dict())).obj()
+    assert state_for(moved, applied_config(moved)).bad_windows == 0
+    same = TunerState.initial(isvc.spec.serving.batching, 1).model_copy(update={"bad_windows": 2})
+    kept_ok = make_isvc().annotate(STATE_ANNOTATION, json.dumps(same.to_dict())).obj()
+    assert state_for(kept_ok, applied_config(kept_ok)).bad_windows == 2
+
+
+def test_slo_condition_moved() -> None:
+    isvc = make_isvc().obj()  # no conditions yet
+    assert slo_condition_moved(isvc, 10.0)
+    raw = make_isvc().dict()
+    raw["status"] = {"conditions": [{"type": "SLOMet", "status": "True", "reason": "WithinSLO"}]}
+    within = InferenceService.model_validate(raw)
+    assert not slo_condition_moved(within, 12.0)
+    assert slo_condition_moved(within, 45.0)
