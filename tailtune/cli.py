@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 from pathlib import Path
 
@@ -35,16 +36,21 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     import kopf
 
     import tailtune.operator.handlers  # noqa: F401  (registers the handlers)
+    from tailtune.operator.metrics import start_metrics_server
 
+    if args.metrics_port:
+        start_metrics_server(args.metrics_port)
     namespaces = args.namespace or []
     peering = args.peering
+    # Replicas of one Deployment cannot be numbered: "random" gives each a distinct kopf peering priority.
+    priority = random.randint(1, 1_000_000_000) if args.priority == "random" else int(args.priority)
     asyncio.run(
         kopf.operator(
             clusterwide=not namespaces,
             namespaces=namespaces,
             standalone=peering is None,
             peering_name=peering,
-            priority=args.priority,
+            priority=priority,
             liveness_endpoint=args.liveness,
         )
     )
@@ -66,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     op = sub.add_parser("operator", help="run the operator (kopf)")
     op.add_argument("--namespace", "-n", action="append", help="watch only this namespace (repeatable)")
     op.add_argument("--peering", help="kopf peering name for HA (one active operator at a time)")
-    op.add_argument("--priority", type=int, default=0, help="peering priority")
+    op.add_argument("--priority", default="0", help="peering priority: an integer, or 'random' for HA replicas")
+    op.add_argument("--metrics-port", type=int, default=0, help="serve the operator's Prometheus metrics here")
     op.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
 
     crds = sub.add_parser("crds", help="print the generated CRD")

@@ -11,9 +11,11 @@ from typing import Any
 import kopf
 
 from tailtune.api import GROUP, KIND, PLURAL, VERSION
+from tailtune.operator import metrics
 from tailtune.operator.builders.common import MANAGED_BY, PREFIX
 from tailtune.operator.kube import ApiException, Cluster, load_config
-from tailtune.operator.reconcile import reconcile
+from tailtune.operator.reconcile import Outcome, reconcile
+from tailtune.operator.status import ENGINE_BUILD_FAILED, ENGINE_BUILT, ENGINE_READY
 from tailtune.operator.tuning import Reader, parse_isvc, slo_condition_moved, tune_step
 from tailtune.tuner.prom import PrometheusReader, Target
 
@@ -49,14 +51,40 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     memo["tailtune"] = State(Cluster(load_config()))
 
 
-async def run_reconcile(memo: Any, namespace: str, name: str, body: dict[str, Any] | None = None) -> None:
-    """Reconcile one InferenceService under its lock, reading it fresh when no body is given."""
+async def run_reconcile(memo: Any, namespace: str, name: str) -> None:
+    """Reconcile one InferenceService under its lock, from a fresh read, and update the operator's metrics."""
     state = _state(memo)
     async with state.locks[(namespace, name)]:
-        raw = body if body is not None else await state.cluster.read_isvc(namespace, name)
+        raw = await state.cluster.read_isvc(namespace, name)
         if raw is None or raw.get("metadata", {}).get("deletionTimestamp"):
             return
-        await reconcile(raw, state.cluster, datetime.now(UTC))
+        with metrics.RECONCILE_DURATION.time():
+            try:
+                outcome = await reconcile(raw, state.cluster, datetime.now(UTC))
+            except Exception:
+                metrics.RECONCILES.labels("error").inc()
+                raise
+    record_outcome(namespace, name, outcome)
+
+
+def record_outcome(namespace: str, name: str, outcome: Outcome) -> None:
+    """Metrics of one reconcile: result, engine builds that ended, SLO and replicas per InferenceService."""
+    metrics.RECONCILES.labels("ok" if outcome.isvc else "invalid_spec").inc()
+    for c in outcome.transitions:
+        if c.type == ENGINE_READY and c.reason in (ENGINE_BUILT, ENGINE_BUILD_FAILED):
+            metrics.ENGINE_BUILDS.labels("succeeded" if c.reason == ENGINE_BUILT else "failed").inc()
+    if outcome.isvc is not None and outcome.status is not None:
+        metrics.SLO_MS.labels(namespace, name).set(outcome.isvc.spec.slo.latency_ms)
+        metrics.REPLICAS.labels(namespace, name, "desired").set(outcome.status.replicas.desired)
+        metrics.REPLICAS.labels(namespace, name, "ready").set(outcome.status.replicas.ready)
+        if outcome.status.latency.observed_ms is not None:
+            metrics.P99_OBSERVED_MS.labels(namespace, name).set(outcome.status.latency.observed_ms)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
+async def on_delete(namespace: str | None, name: str, **_: Any) -> None:
+    """Children go with the owner (garbage collection); only the per-service metrics are ours to drop."""
+    metrics.forget_inference_service(namespace or "default", name)
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
@@ -130,7 +158,7 @@ async def tuner_tick(state: State, namespace: str, name: str) -> float:
         fresh = await state.cluster.read_isvc(namespace, name)
         fresh_isvc = parse_isvc(fresh) if fresh else None
         if fresh and fresh_isvc and slo_condition_moved(fresh_isvc, fresh_isvc.status.latency.observed_ms):
-            await reconcile(fresh, state.cluster, now)
+            record_outcome(namespace, name, await reconcile(fresh, state.cluster, now))
     return float(isvc.spec.tuning.interval_seconds)
 
 
@@ -142,7 +170,9 @@ async def tuner(namespace: str | None, name: str, memo: Any, stopped: kopf.Daemo
         try:
             interval = await tuner_tick(_state(memo), namespace or "default", name)
         except ApiException as exc:
+            metrics.ERRORS.labels("api").inc()
             log.warning("tuner %s/%s: API server %s %s", namespace, name, exc.status, exc.reason)
         except Exception:  # never let one bad tick kill the daemon: the next tick decides again
+            metrics.ERRORS.labels("tuner").inc()
             log.exception("tuner %s/%s: tick failed", namespace, name)
         await stopped.wait(interval)

@@ -111,17 +111,26 @@ def _lenient_status(raw: dict[str, Any]) -> InferenceServiceStatus:
         return InferenceServiceStatus()
 
 
-async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime) -> InferenceService | None:
+@dataclass(frozen=True)
+class Outcome:
+    """What a reconcile did, for the caller's metrics: the parsed object (None if invalid) and transitions."""
+
+    isvc: InferenceService | None
+    status: InferenceServiceStatus | None = None
+    transitions: tuple[Condition, ...] = ()
+
+
+async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime) -> Outcome:
     """Bring one InferenceService's children and status in line with its spec. Never raises on bad input."""
     try:
         isvc = InferenceService.model_validate(raw)
     except ValidationError as exc:
         await _report_invalid(raw, cluster, describe_validation_error(exc), now)
-        return None
+        return Outcome(None)
     problem = check_spec(isvc)
     if problem:
         await _report_invalid(raw, cluster, problem, now)
-        return None
+        return Outcome(None)
 
     observed = await cluster.observe(isvc, engine_cache_key(isvc))
     desired = desired_state(isvc, observed)
@@ -139,17 +148,21 @@ async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime) ->
         serving_problem=desired.serving_problem,
         now=now,
     )
-    await _write_if_changed(isvc, status, cluster)
-    return isvc
+    moved = await _write_if_changed(isvc, status, cluster)
+    return Outcome(isvc, status, moved)
 
 
-async def _write_if_changed(isvc: InferenceService, status: InferenceServiceStatus, cluster: ClusterPort) -> None:
+async def _write_if_changed(
+    isvc: InferenceService, status: InferenceServiceStatus, cluster: ClusterPort
+) -> tuple[Condition, ...]:
     if status == isvc.status:
-        return
+        return ()
     await cluster.write_status(isvc.metadata, status)
-    for c in transitions(isvc.status.conditions, status.conditions):
+    moved = tuple(transitions(isvc.status.conditions, status.conditions))
+    for c in moved:
         kind = "Normal" if c.status == "True" or c.type == st.SLO_MET else "Warning"
         await cluster.emit_event(isvc.metadata, kind, c.reason or c.type, f"{c.type}={c.status}: {c.message}")
+    return moved
 
 
 async def _report_invalid(raw: dict[str, Any], cluster: ClusterPort, message: str, now: datetime) -> None:

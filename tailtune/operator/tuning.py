@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from tailtune.api.v1alpha1 import InferenceService, LatencyStatus, ObjectMeta
+from tailtune.operator import metrics
 from tailtune.operator.engine import engine_cache_key, parse_build_report
 from tailtune.operator.modelconfig import model_config_json
 from tailtune.operator.observed import Observed
@@ -138,6 +139,8 @@ async def tune_step(isvc: InferenceService, cluster: TunerCluster, reader: Reade
             config = model_config_json(isvc, decision.batching, engine_info)
             report = await asyncio.to_thread(hot_apply, ips, isvc.model_name, config)
             rolled = bool(report.failures)
+            ns, name = isvc.metadata.namespace, isvc.metadata.name
+            metrics.CONFIG_RELOADS.labels(ns, name, "hot", "failed" if rolled else "ok").inc()
             if rolled:
                 await cluster.emit_event(
                     isvc.metadata, "Warning", "HotReloadFailed",
@@ -154,7 +157,10 @@ async def tune_step(isvc: InferenceService, cluster: TunerCluster, reader: Reade
             reason=decision.reason,
             rolled=rolled or applied.rolled,
         ).to_annotation()
+        if isvc.spec.tuning.mode == "rolling" or rolled:
+            metrics.CONFIG_RELOADS.labels(isvc.metadata.namespace, isvc.metadata.name, "rollout", "ok").inc()
         await cluster.emit_event(isvc.metadata, "Normal", decision.reason_code or "TunerChange", decision.reason)
+    metrics.TUNER_DECISIONS.labels(isvc.metadata.namespace, isvc.metadata.name, decision.reason_code).inc()
     await cluster.patch_annotations(isvc.metadata, annotations)
     await cluster.patch_latency(isvc.metadata, latency_status(observation, isvc.spec.slo.percentile, now))
     return decision
