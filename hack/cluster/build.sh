@@ -24,9 +24,13 @@ if [ ! -x "$bin/etcd" ]; then
   log "etcd built in $((SECONDS - t)) s"
 fi
 if [ ! -x "$bin/kwok" ]; then
-  log "installing kwok $KWOK_VERSION"; go install -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
+  log "installing kwok $KWOK_VERSION"; t=$SECONDS
+  go install -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
+  log "kwok installed in $((SECONDS - t)) s"
 fi
 if [ ! -x "$bin/helm" ]; then
-  log "installing helm $HELM_VERSION"; go install -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
+  log "installing helm $HELM_VERSION"; t=$SECONDS
+  go install -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
+  log "helm installed in $((SECONDS - t)) s"
 fi
 echo "$bin"

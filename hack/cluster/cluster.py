@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import fcntl
 import functools
 import json
 import os
@@ -33,7 +34,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,6 @@ KWOK_STAGES = (
 )
 # Start order; `down` stops them in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-PORT_NAMES = ("etcd", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok")
 
 
 def log(message: str) -> None:
@@ -176,29 +176,34 @@ def openssl(*args: str | Path) -> None:
 
 
 def make_pki(pki: Path) -> None:
-    """A CA, the apiserver's serving cert, client certs per CLIENTS, and the service-account key pair."""
+    """A CA with the apiserver's serving cert and the CLIENTS certs; a front-proxy CA and client (the
+    aggregation layer, which the controller-manager and scheduler read at start); the service-account keys."""
     if shutil.which("openssl") is None:
         raise ClusterError("openssl not found (apt-get install openssl)")
     pki.mkdir(parents=True, exist_ok=True)
     cnf = pki / "openssl.cnf"
     cnf.write_text(_OPENSSL_CNF.format(service_api_ip=SERVICE_API_IP))
-    ca_key, ca_crt = pki / "ca.key", pki / "ca.crt"
-    # fmt: off
-    openssl("req", "-x509", "-new", "-config", cnf, "-extensions", "ca", *_EC_KEY, "-days", "3650",
-            "-keyout", ca_key, "-out", ca_crt, "-subj", "/CN=tailtune-local-ca")
 
-    def leaf(name: str, subject: str, extensions: str) -> None:
+    # fmt: off
+    def authority(name: str) -> None:
+        openssl("req", "-x509", "-new", "-config", cnf, "-extensions", "ca", *_EC_KEY, "-days", "3650",
+                "-keyout", pki / f"{name}.key", "-out", pki / f"{name}.crt", "-subj", f"/CN=tailtune-{name}")
+
+    def leaf(name: str, subject: str, extensions: str, ca: str = "ca") -> None:
         key, csr, crt = (pki / f"{name}.{suffix}" for suffix in ("key", "csr", "crt"))
         openssl("req", "-new", "-config", cnf, *_EC_KEY, "-keyout", key, "-out", csr, "-subj", subject)
-        openssl("x509", "-req", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key, "-days", "3650",
-                "-set_serial", hex(secrets.randbits(63) | 1), "-extfile", cnf, "-extensions", extensions,
-                "-out", crt)
+        openssl("x509", "-req", "-in", csr, "-CA", pki / f"{ca}.crt", "-CAkey", pki / f"{ca}.key",
+                "-days", "3650", "-set_serial", hex(secrets.randbits(63) | 1),
+                "-extfile", cnf, "-extensions", extensions, "-out", crt)
         csr.unlink()
     # fmt: on
 
+    authority("ca")
     leaf("apiserver", "/CN=kube-apiserver", "server")
     for name, subject in CLIENTS.items():
         leaf(name, subject, "client")
+    authority("front-proxy-ca")
+    leaf("front-proxy-client", "/CN=front-proxy-client", "client", ca="front-proxy-ca")
     openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-out", pki / "sa.key")
     openssl("pkey", "-in", pki / "sa.key", "-pubout", "-out", pki / "sa.pub")
 
@@ -212,9 +217,7 @@ def write_kubeconfig(path: Path, server: str, pki: Path, client: str) -> None:
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [
-            {"name": "tailtune", "cluster": {"server": server, "certificate-authority-data": b64("ca.crt")}}
-        ],
+        "clusters": [{"name": "tailtune", "cluster": {"server": server, "certificate-authority-data": b64("ca.crt")}}],
         "users": [
             {
                 "name": client,
@@ -224,9 +227,7 @@ def write_kubeconfig(path: Path, server: str, pki: Path, client: str) -> None:
                 },
             }
         ],
-        "contexts": [
-            {"name": "tailtune", "context": {"cluster": "tailtune", "user": client, "namespace": "default"}}
-        ],
+        "contexts": [{"name": "tailtune", "context": {"cluster": "tailtune", "user": client, "namespace": "default"}}],
         "current-context": "tailtune",
         "preferences": {},
     }
@@ -241,7 +242,7 @@ def pick_ports() -> Ports:
     """Ports from TAILTUNE_CLUSTER_<NAME>_PORT, else free ones (held together so they are distinct)."""
     chosen: dict[str, int] = {}
     with contextlib.ExitStack() as stack:
-        for name in PORT_NAMES:
+        for name in (field.name for field in fields(Ports)):
             given = os.environ.get(f"TAILTUNE_CLUSTER_{name.upper()}_PORT")
             if given:
                 chosen[name] = int(given)
@@ -318,6 +319,13 @@ def command_lines(layout: Layout, bin_dir: Path, ports: Ports) -> dict[str, list
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
             # Loopback may not be an Endpoints address; nothing here needs the `kubernetes` endpoints.
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
@@ -348,6 +356,9 @@ def command_lines(layout: Layout, bin_dir: Path, ports: Ports) -> dict[str, list
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             f"--cidr={POD_CIDR}",
+            # kwok renews node leases like a kubelet only when given a duration (unset: no leases, and the
+            # node-lifecycle controller marks the nodes NotReady after its grace period).
+            "--node-lease-duration-seconds=40",
             f"--server-address=127.0.0.1:{ports.kwok}",
             *(f"--config={HERE / 'kwok' / stage}" for stage in KWOK_STAGES),
         ],
@@ -451,8 +462,7 @@ def wait_until(
         for name, proc in watched.items():
             if proc.poll() is not None:
                 raise ClusterError(
-                    f"{name} exited with {proc.returncode} while waiting for {what}:\n"
-                    + log_tail(layout, name)
+                    f"{name} exited with {proc.returncode} while waiting for {what}:\n" + log_tail(layout, name)
                 )
         with contextlib.suppress(OSError, ValueError, KeyError):
             if check():
@@ -468,9 +478,7 @@ def nodes_ready(api: Api, names: list[str]) -> bool:
         node = api.get(f"/api/v1/nodes/{name}")
         if node is None:
             return False
-        ready = any(
-            c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", [])
-        )
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", []))
         tainted = any(t["key"].startswith("node.kubernetes.io/") for t in node["spec"].get("taints", []))
         if not ready or tainted:
             return False
@@ -483,10 +491,9 @@ def node_names() -> list[str]:
     return [doc["metadata"]["name"] for doc in yaml.safe_load_all((HERE / "nodes.yaml").read_text()) if doc]
 
 
-def kubectl(state: State, *args: str, stdin: str | None = None) -> str:
+def kubectl(state: State, *args: str) -> str:
     result = subprocess.run(
         [str(Path(state.bin_dir) / "kubectl"), f"--kubeconfig={state.kubeconfig}", *args],
-        input=stdin,
         capture_output=True,
         text=True,
         check=False,
@@ -499,17 +506,25 @@ def kubectl(state: State, *args: str, stdin: str | None = None) -> str:
 # ------------------------------------------------------------------------------------------ commands
 
 
-def running_state(layout: Layout) -> State | None:
-    """The recorded state if every component runs and the apiserver is ready, else None."""
+def running_state(layout: Layout, patience_s: float = 30) -> State | None:
+    """The recorded state if every component runs and the apiserver gets ready within patience_s, else None.
+
+    The patience keeps a busy cluster from being taken for a stale one and restarted under its users."""
     if not layout.state.exists():
         return None
     state = State.load(layout.state)
     procs = recorded(layout)
-    if set(procs) != set(COMPONENTS) or not all(p.alive() for p in procs.values()):
+    if set(procs) != set(COMPONENTS):
         return None
-    if not Api(layout, state.server).healthy(state.server + "/readyz"):
-        return None
-    return state
+    api = Api(layout, state.server)
+    deadline = time.monotonic() + patience_s
+    while all(p.alive() for p in procs.values()):
+        if api.healthy(state.server + "/readyz"):
+            return state
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    return None
 
 
 def exports(state: State) -> str:
@@ -603,10 +618,7 @@ def up() -> State:
         log(f"start-up failed; logs are in {layout.logs}; stopping what was started")
         stop_all(layout)
         raise
-    log(
-        f"up in {time.monotonic() - started:.1f} s (build {timings['build']:.1f} s): {server}, "
-        f"state in {layout.root}"
-    )
+    log(f"up in {time.monotonic() - started:.1f} s (build {timings['build']:.1f} s): {server}, state in {layout.root}")
     return state
 
 
@@ -656,17 +668,28 @@ def status() -> bool:
     return ok
 
 
+@contextlib.contextmanager
+def exclusive() -> Iterator[None]:
+    """Serialises `up` and `down` on one state dir (say, pytest and a developer's shell)."""
+    root = state_dir()
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with (root.parent / f".{root.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["up", "down", "env", "status"])
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
-            print(exports(up()))
+            with exclusive():
+                state = up()
+            print(exports(state))
         elif args.command == "down":
-            down()
+            with exclusive():
+                down()
         elif args.command == "env":
             layout = Layout(state_dir())
             if not layout.state.exists():

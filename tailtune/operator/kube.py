@@ -197,10 +197,15 @@ class Cluster:
         headers = {"Accept": "application/json"}
         if content_type:
             headers["Content-Type"] = content_type
-        return self.api.call_api(
-            path, method, query_params=list(query.items()), header_params=headers, body=body,
-            response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True,
+        method, url, headers, body, post = self.api.param_serialize(
+            method=method, resource_path=path, query_params=list(query.items()), header_params=headers,
+            body=body, auth_settings=["BearerToken"],
         )  # fmt: skip
+        response = self.api.call_api(method, url, header_params=headers, body=body, post_params=post)
+        response.read()
+        if not 200 <= response.status <= 299:
+            raise ApiException(http_resp=response)
+        return json.loads(response.data) if response.data else None
 
 
 def _termination_message(pod: Any) -> str:
