@@ -11,6 +11,7 @@ Needs a running cluster (`python hack/cluster/cluster.py up`; KUBECONFIG from `c
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -46,10 +47,10 @@ def cluster_env() -> dict[str, str]:
     env_text = sh(sys.executable, str(ROOT / "hack/cluster/cluster.py"), "env")
     env = dict(os.environ)
     for line in env_text.splitlines():
-        m = re.match(r"export (\w+)=(.*)$", line.strip())
-        if m:
-            value = m.group(2).strip("'\"").replace("$PATH", env.get("PATH", ""))
-            env[m.group(1)] = value
+        if line.startswith("export "):
+            for assignment in line.removeprefix("export ").split():
+                key, _, value = assignment.partition("=")
+                env[key] = value.strip("'\"").replace("$PATH", env.get("PATH", ""))
     return env
 
 
@@ -97,7 +98,7 @@ def gpu_nodes(count: int) -> list[dict[str, Any]]:
 def isvc(i: int) -> dict[str, Any]:
     doc: dict[str, Any] = yaml.safe_load((ROOT / "examples/resnet-l4.yaml").read_text())
     doc["metadata"] = {"name": f"svc-{i:03d}", "namespace": NAMESPACE}
-    doc["spec"]["model"]["sha256"] = f"{i:064x}"  # distinct engines: every resource gets its own build Job
+    doc["spec"]["model"]["sha256"] = hashlib.sha256(str(i).encode()).hexdigest()  # a build Job each
     doc["spec"]["serving"]["replicas"] = {"min": 1, "max": 1}
     doc["spec"]["metrics"] = {"prometheusUrl": "http://127.0.0.1:9"}  # no Prometheus: the tuner must hold quietly
     return doc
@@ -147,6 +148,7 @@ def main() -> int:
            "metadata": {"name": "tailtune-engines", "namespace": NAMESPACE},
            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": "scale-engines",
                     "resources": {"requests": {"storage": "1Ti"}}}}  # fmt: skip
+    kubectl(env, "delete", "pv", "scale-engines", "--ignore-not-found")  # a Released PV from an earlier run
     kubectl(env, "apply", "-f", "-", input=yaml.safe_dump_all([pv, pvc]))
     OUT.mkdir(parents=True, exist_ok=True)
     log = (OUT / "operator.log").open("w")
@@ -176,9 +178,11 @@ def main() -> int:
             steady.append(sum((b - a).values()) * 60 / args.steady_seconds)
         cpu2, rss = proc_stats(op.pid)
     finally:
+        # Delete while the operator runs: kopf's daemons put a finalizer on each InferenceService.
+        kubectl(env, "delete", "namespace", NAMESPACE, "--timeout=300s", check=False)
         op.terminate()
         op.wait(timeout=30)
-        kubectl(env, "delete", "namespace", NAMESPACE, "--wait=false", check=False)
+        kubectl(env, "delete", "pv", "scale-engines", "--ignore-not-found", check=False)
     burst = at_ready - before
     per_resource = {f"{r}/{v}": c / args.count for (r, v), c in sorted(burst.items()) if c >= args.count / 10}
     summary = {

@@ -443,6 +443,12 @@ class EngineStatus(Model):
     tensorrt_version: Annotated[str | None, Field(description="TensorRT version of the engine.")] = None
     gpu_product: Annotated[str | None, Field(description="GPU product the engine was built on.")] = None
     job_name: Annotated[str | None, Field(description="Build Job name.")] = None
+    inputs: Annotated[list[TensorSpec], Field(description="Engine inputs the build reported.")] = Field(
+        default_factory=list
+    )
+    outputs: Annotated[list[TensorSpec], Field(description="Engine outputs the build reported.")] = Field(
+        default_factory=list
+    )
 
 
 class Endpoints(Model):

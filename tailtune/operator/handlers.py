@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,7 +14,7 @@ import kopf
 from tailtune.api import GROUP, KIND, PLURAL, VERSION
 from tailtune.operator import metrics
 from tailtune.operator.builders.common import MANAGED_BY, PREFIX
-from tailtune.operator.kube import ApiException, Cluster, load_config
+from tailtune.operator.kube import API_CONCURRENCY, ApiException, Cluster, load_config
 from tailtune.operator.reconcile import Outcome, reconcile
 from tailtune.operator.status import ENGINE_BUILD_FAILED, ENGINE_BUILT, ENGINE_READY
 from tailtune.operator.tuning import Reader, parse_isvc, slo_condition_moved, tune_step
@@ -21,7 +22,8 @@ from tailtune.tuner.prom import PrometheusReader, Target
 
 log = logging.getLogger(__name__)
 
-RESYNC_SECONDS = 60.0
+# Drift repair (forced re-apply of every child); child events and the tuner cover the quick paths.
+RESYNC_SECONDS = 300.0
 CHILD_LABELS = {"app.kubernetes.io/managed-by": MANAGED_BY}
 
 
@@ -48,19 +50,23 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.batching.error_delays = [1, 2, 5, 10, 30, 60]
+    # The Kubernetes client blocks: give its calls (run in threads) as many workers as pooled connections.
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=API_CONCURRENCY))
     memo["tailtune"] = State(Cluster(load_config()))
 
 
-async def run_reconcile(memo: Any, namespace: str, name: str) -> None:
-    """Reconcile one InferenceService under its lock, from a fresh read, and update the operator's metrics."""
+async def run_reconcile(
+    memo: Any, namespace: str, name: str, *, body: dict[str, Any] | None = None, force: bool = False
+) -> None:
+    """Reconcile one InferenceService under its lock (from `body`, else a fresh read) and record metrics."""
     state = _state(memo)
     async with state.locks[(namespace, name)]:
-        raw = await state.cluster.read_isvc(namespace, name)
+        raw = body if body is not None else await state.cluster.read_isvc(namespace, name)
         if raw is None or raw.get("metadata", {}).get("deletionTimestamp"):
             return
         with metrics.RECONCILE_DURATION.time():
             try:
-                outcome = await reconcile(raw, state.cluster, datetime.now(UTC))
+                outcome = await reconcile(raw, state.cluster, datetime.now(UTC), force=force)
             except Exception:
                 metrics.RECONCILES.labels("error").inc()
                 raise
@@ -90,10 +96,10 @@ async def on_delete(namespace: str | None, name: str, **_: Any) -> None:
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
-async def on_change(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
-    """Any change of the object: reconcile from a fresh read (kopf's body may lag our own status write)."""
+async def on_change(namespace: str | None, name: str, body: kopf.Body, memo: Any, **_: Any) -> None:
+    """Any change of the object: reconcile from the body the watch just delivered."""
     try:
-        await run_reconcile(memo, namespace or "default", name)
+        await run_reconcile(memo, namespace or "default", name, body=dict(body))
     except ApiException as exc:
         raise kopf.TemporaryError(f"API server: {exc.status} {exc.reason}", delay=10) from exc
 
@@ -102,7 +108,7 @@ async def on_change(namespace: str | None, name: str, memo: Any, **_: Any) -> No
 async def resync(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
     """Drift: kopf reacts to changes, not to state, so reconcile every resource now and then."""
     try:
-        await run_reconcile(memo, namespace or "default", name)
+        await run_reconcile(memo, namespace or "default", name, force=True)
     except ApiException as exc:
         log.warning("resync %s/%s: %s %s", namespace, name, exc.status, exc.reason)
 

@@ -18,6 +18,7 @@ from kubernetes.client.rest import ApiException  # re-exported for the handlers
 from tailtune.api import API_VERSION, GROUP, KIND, PLURAL, VERSION, InferenceService, InferenceServiceStatus
 from tailtune.api.v1alpha1 import LatencyStatus, ObjectMeta
 from tailtune.operator.builders.common import Manifest, deployment_name, selector
+from tailtune.operator.builders.triton import DESIRED_HASH_ANNOTATION
 from tailtune.operator.observed import DeploymentObservation, JobObservation, Observed
 
 __all__ = ["ApiException", "Cluster", "load_config"]
@@ -33,13 +34,18 @@ _PLURALS = {
 }
 
 
+API_CONCURRENCY = 32  # blocking client calls in flight at once (threads and pooled connections)
+
+
 def load_config() -> client.ApiClient:
     """In-cluster credentials when running in a pod, else the local kubeconfig."""
+    configuration = client.Configuration()
     try:
-        config.load_incluster_config()
+        config.load_incluster_config(client_configuration=configuration)
     except config.ConfigException:
-        config.load_kube_config()
-    return client.ApiClient()
+        config.load_kube_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = API_CONCURRENCY
+    return client.ApiClient(configuration)
 
 
 def _path(manifest: Manifest) -> str:
@@ -63,15 +69,21 @@ class Cluster:
         self.custom = client.CustomObjectsApi(api)
 
     # ---- reads -------------------------------------------------------------------------------------
-    async def observe(self, isvc: InferenceService, job_name: str) -> Observed:
-        """Read the build Job and the Triton Deployment with their pods. Never writes."""
+    async def observe(
+        self, isvc: InferenceService, job_name: str, *, job_report: bool = True, pod_ips: bool = False
+    ) -> Observed:
+        """Read the build Job and the Triton Deployment, and their pods only where needed. Never writes.
+
+        A finished Job's pod is read only when `job_report` (its message is not known yet); the Triton pods only
+        when some are not ready (why not) or when `pod_ips` (targets of a hot reload).
+        """
         job, dep = await asyncio.gather(
-            asyncio.to_thread(self._observe_job, isvc.metadata.namespace, job_name),
-            asyncio.to_thread(self._observe_deployment, isvc),
+            asyncio.to_thread(self._observe_job, isvc.metadata.namespace, job_name, job_report),
+            asyncio.to_thread(self._observe_deployment, isvc, pod_ips),
         )
         return Observed(job=job, deployment=dep)
 
-    def _observe_job(self, ns: str, name: str) -> JobObservation | None:
+    def _observe_job(self, ns: str, name: str, job_report: bool) -> JobObservation | None:
         try:
             job = self.batch.read_namespaced_job(name, ns)
         except ApiException as exc:
@@ -81,6 +93,8 @@ class Cluster:
         st = job.status
         failed = any(c.type == "Failed" and c.status == "True" for c in st.conditions or [])
         succeeded = bool(st.succeeded) and not failed
+        if succeeded and not job_report:
+            return JobObservation(succeeded=True)
         pods = self.core.list_namespaced_pod(ns, label_selector=f"job-name={name}").items
         message, unschedulable = "", ""
         for pod in sorted(pods, key=lambda p: p.metadata.creation_timestamp or datetime.min.replace(tzinfo=UTC)):
@@ -93,7 +107,7 @@ class Cluster:
             unschedulable=unschedulable if not (succeeded or failed) else "",
         )  # fmt: skip
 
-    def _observe_deployment(self, isvc: InferenceService) -> DeploymentObservation | None:
+    def _observe_deployment(self, isvc: InferenceService, pod_ips: bool) -> DeploymentObservation | None:
         ns = isvc.metadata.namespace
         try:
             dep = self.apps.read_namespaced_deployment(deployment_name(isvc), ns)
@@ -101,8 +115,10 @@ class Cluster:
             if _not_found(exc):
                 return None
             raise
+        st = dep.status
+        all_ready = (st.ready_replicas or 0) >= (dep.spec.replicas or 0)
         sel = ",".join(f"{k}={v}" for k, v in selector(isvc, "triton").items())
-        pods = self.core.list_namespaced_pod(ns, label_selector=sel).items
+        pods = [] if all_ready and not pod_ips else self.core.list_namespaced_pod(ns, label_selector=sel).items
         ready_ips, unschedulable, not_ready = [], "", ""
         for pod in pods:
             if pod.metadata.deletion_timestamp:
@@ -112,7 +128,6 @@ class Cluster:
                 continue
             unschedulable = _unschedulable(pod) or unschedulable
             not_ready = _not_ready_reason(pod) or not_ready
-        st = dep.status
         return DeploymentObservation(
             replicas=dep.spec.replicas or 0,
             ready_replicas=st.ready_replicas or 0,
@@ -121,6 +136,7 @@ class Cluster:
             unschedulable=unschedulable,
             not_ready_reason=not_ready,
             ready_pod_ips=tuple(sorted(ready_ips)),
+            desired_hash=(dep.metadata.annotations or {}).get(DESIRED_HASH_ANNOTATION, ""),
         )
 
     async def read_isvc(self, namespace: str, name: str) -> dict[str, Any] | None:

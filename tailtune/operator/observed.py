@@ -39,7 +39,8 @@ class DeploymentObservation:
     up_to_date: bool = False  # the controller has seen the latest template
     unschedulable: str = ""  # scheduler message of a pod that cannot be placed
     not_ready_reason: str = ""  # e.g. the readiness probe's last failure (warmup not done or failed)
-    ready_pod_ips: tuple[str, ...] = ()  # targets of a hot batching reload
+    ready_pod_ips: tuple[str, ...] = ()  # targets of a hot batching reload (read only when asked for)
+    desired_hash: str = ""  # digest of the serving objects last applied (annotation on the Deployment)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,6 +22,7 @@ from tailtune.operator import status as st
 from tailtune.operator.builders.common import Manifest
 from tailtune.operator.builders.engine_job import build_engine_job
 from tailtune.operator.builders.triton import (
+    DESIRED_HASH_ANNOTATION,
     build_deployment,
     build_model_configmap,
     build_service,
@@ -37,7 +40,9 @@ log = logging.getLogger(__name__)
 class ClusterPort(Protocol):
     """What reconcile needs from the API server (`kube.Cluster` in production)."""
 
-    async def observe(self, isvc: InferenceService, job_name: str) -> Observed: ...
+    async def observe(
+        self, isvc: InferenceService, job_name: str, *, job_report: bool = True, pod_ips: bool = False
+    ) -> Observed: ...
     async def apply(self, manifest: Manifest) -> None: ...
     async def write_status(self, meta: ObjectMeta, status: InferenceServiceStatus) -> None: ...
     async def emit_event(self, meta: ObjectMeta, type_: str, reason: str, message: str) -> None: ...
@@ -52,6 +57,7 @@ class Desired:
     applied: Applied
     engine_info: EngineInfo | None
     serving_problem: tuple[str, str] | None = None  # (reason, message) when serving cannot be built
+    serving_hash: str = ""  # digest of the serving objects, "" when there are none
 
 
 def desired_state(isvc: InferenceService, observed: Observed) -> Desired:
@@ -59,7 +65,11 @@ def desired_state(isvc: InferenceService, observed: Observed) -> Desired:
     cache_key = engine_cache_key(isvc)
     applied = applied_config(isvc)
     job = observed.job
-    info = parse_build_report(job.message) if job is not None and job.succeeded else None
+    info = None
+    if job is not None and job.succeeded:
+        info = (parse_build_report(job.message) if job.message else None) or st.reported_engine(
+            cache_key, isvc.status.engine
+        )
     objects: list[Manifest] = []
     if job is None:
         # The Job's template is immutable and its name is the cache key: once it exists it is never re-applied.
@@ -76,13 +86,18 @@ def desired_state(isvc: InferenceService, observed: Observed) -> Desired:
         except ConfigError as exc:
             problem = (st.INVALID_MODEL_CONFIG, f"Triton model config: {exc}")
             return Desired(objects, cache_key, applied, info, serving_problem=problem)
-        objects += [
+        serving = [
             build_model_configmap(isvc, in_force),
             build_deployment(
                 isvc, cache_key=cache_key, replicas=applied.replicas, config_digest=config_hash(rolling_basis)
             ),
             build_service(isvc),
         ]
+        # One digest of all serving objects, kept on the Deployment: an unchanged one needs no apply.
+        digest = hashlib.sha256(json.dumps(serving, sort_keys=True).encode()).hexdigest()[:16]
+        serving[1]["metadata"]["annotations"] = {DESIRED_HASH_ANNOTATION: digest}
+        objects += serving
+        return Desired(objects, cache_key, applied, info, serving_hash=digest)
     return Desired(objects=objects, cache_key=cache_key, applied=applied, engine_info=info)
 
 
@@ -120,8 +135,12 @@ class Outcome:
     transitions: tuple[Condition, ...] = ()
 
 
-async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime) -> Outcome:
-    """Bring one InferenceService's children and status in line with its spec. Never raises on bad input."""
+async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime, *, force: bool = False) -> Outcome:
+    """Bring one InferenceService's children and status in line with its spec. Never raises on bad input.
+
+    Serving objects whose digest matches the one on the live Deployment are not re-applied, unless `force`
+    (the periodic resync, which also repairs hand edits of the children).
+    """
     try:
         isvc = InferenceService.model_validate(raw)
     except ValidationError as exc:
@@ -132,9 +151,18 @@ async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime) ->
         await _report_invalid(raw, cluster, problem, now)
         return Outcome(None)
 
-    observed = await cluster.observe(isvc, engine_cache_key(isvc))
+    key = engine_cache_key(isvc)
+    io_known = (
+        bool(isvc.spec.model.inputs and isvc.spec.model.outputs)
+        or st.reported_engine(key, isvc.status.engine) is not None
+    )
+    observed = await cluster.observe(isvc, key, job_report=not io_known)
     desired = desired_state(isvc, observed)
+    dep = observed.deployment
+    unchanged = dep is not None and desired.serving_hash and dep.desired_hash == desired.serving_hash
     for obj in desired.objects:
+        if obj["kind"] != "Job" and unchanged and not force:
+            continue
         await cluster.apply(obj)
 
     store = isvc.spec.engine.store.pvc

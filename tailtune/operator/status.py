@@ -170,4 +170,19 @@ def engine_status(cache_key: str, store_pvc: str, info: EngineInfo | None, previ
         location=info.location or f"pvc://{store_pvc}/{cache_key}",
         tensorrt_version=info.tensorrt_version,
         gpu_product=info.gpu_product,
+        inputs=list(info.inputs),
+        outputs=list(info.outputs),
+    )
+
+
+def reported_engine(cache_key: str, previous: EngineStatus) -> EngineInfo | None:
+    """What an earlier reconcile recorded of this engine's build report (so its pod need not be read again)."""
+    if previous.cache_key != cache_key or not previous.inputs:
+        return None
+    return EngineInfo(
+        tensorrt_version=previous.tensorrt_version,
+        gpu_product=previous.gpu_product,
+        location=previous.location,
+        inputs=tuple(previous.inputs),
+        outputs=tuple(previous.outputs),
     )

@@ -40,7 +40,9 @@ TRITON_HTTP_PORT = 8000
 class TunerCluster(Protocol):
     """What the tuner needs from the API server (`kube.Cluster`)."""
 
-    async def observe(self, isvc: InferenceService, job_name: str) -> Observed: ...
+    async def observe(
+        self, isvc: InferenceService, job_name: str, *, job_report: bool = True, pod_ips: bool = False
+    ) -> Observed: ...
     async def patch_annotations(self, meta: ObjectMeta, annotations: dict[str, str]) -> None: ...
     async def patch_latency(self, meta: ObjectMeta, latency: LatencyStatus) -> None: ...
     async def emit_event(self, meta: ObjectMeta, type_: str, reason: str, message: str) -> None: ...
@@ -117,7 +119,7 @@ async def tune_step(isvc: InferenceService, cluster: TunerCluster, reader: Reade
 
     Returns None without reading anything while no Triton pod serves (nothing to tune yet).
     """
-    observed = await cluster.observe(isvc, engine_cache_key(isvc))
+    observed = await cluster.observe(isvc, engine_cache_key(isvc), pod_ips=True)
     if observed.deployment is None or not observed.deployment.ready_pod_ips:
         return None
     job = observed.job

@@ -24,6 +24,7 @@ from tailtune.operator.builders.common import (
 
 COMPONENT = "triton"
 CONFIG_HASH_ANNOTATION = "tailtune.io/config-hash"
+DESIRED_HASH_ANNOTATION = "tailtune.io/desired-hash"
 ENGINE_ANNOTATION = "tailtune.io/engine-key"
 # Long enough for engine load + warmup: Triton does not even listen until warmup ends.
 STARTUP_PERIOD_S, STARTUP_FAILURES = 10, 90

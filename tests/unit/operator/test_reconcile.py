@@ -24,7 +24,9 @@ class RecordingCluster:
         self.statuses: list[InferenceServiceStatus] = []
         self.events: list[tuple[str, str]] = []
 
-    async def observe(self, isvc: InferenceService, job_name: str) -> Observed:
+    async def observe(
+        self, isvc: InferenceService, job_name: str, *, job_report: bool = True, pod_ips: bool = False
+    ) -> Observed:
         return self.observed
 
     async def apply(self, manifest: Manifest) -> None:
@@ -105,3 +107,24 @@ def test_failed_build_copies_the_termination_message() -> None:
     assert _cond(status, "EngineReady") == ("False", "EngineBuildFailed")
     assert "sha256 mismatch" in next(c.message for c in status.conditions if c.type == "EngineReady")
     assert ("Warning", "EngineBuildFailed") in cluster.events
+
+
+def test_unchanged_serving_objects_are_not_reapplied_unless_forced() -> None:
+    first = RecordingCluster(Observed(job=JobObservation(succeeded=True)))
+    _run(make_isvc().dict(), first)
+    digest = next(m for m in first.applied if m["kind"] == "Deployment")["metadata"]["annotations"][
+        "tailtune.io/desired-hash"
+    ]
+    live = Observed(
+        job=JobObservation(succeeded=True),
+        deployment=DeploymentObservation(replicas=1, ready_replicas=1, desired_hash=digest),
+    )
+    steady = RecordingCluster(live)
+    _run(make_isvc().dict(), steady)
+    assert steady.applied == []
+    forced = RecordingCluster(live)
+    asyncio.run(reconcile(make_isvc().dict(), forced, NOW, force=True))
+    assert [m["kind"] for m in forced.applied] == ["ConfigMap", "Deployment", "Service"]
+    changed = RecordingCluster(live)
+    _run(make_isvc().set("spec.serving.replicas", {"min": 2, "max": 2}).dict(), changed)
+    assert [m["kind"] for m in changed.applied] == ["ConfigMap", "Deployment", "Service"]

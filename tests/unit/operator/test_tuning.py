@@ -25,7 +25,9 @@ class FakeTunerCluster:
         self.latency: LatencyStatus | None = None
         self.events: list[tuple[str, str]] = []
 
-    async def observe(self, isvc: InferenceService, job_name: str) -> Observed:
+    async def observe(
+        self, isvc: InferenceService, job_name: str, *, job_report: bool = True, pod_ips: bool = False
+    ) -> Observed:
         return self.observed
 
     async def patch_annotations(self, meta: ObjectMeta, annotations: dict[str, str]) -> None:
