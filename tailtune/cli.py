@@ -57,10 +57,17 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_plan(args: argparse.Namespace, rest: list[str]) -> int:
+def _cmd_plan(rest: list[str]) -> int:
     from tailtune.tuner.plan import main as plan_main
 
     code: int = plan_main(rest)
+    return code
+
+
+def _cmd_demo(rest: list[str]) -> int:
+    from tailtune.dev.demo import main as demo_main
+
+    code: int = demo_main(rest)
     return code
 
 
@@ -81,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     crds.add_argument("--check", action="store_true", help="fail when the file in DIR (default crds/) is stale")
 
     sub.add_parser("plan", help="starting config and predicted P99 for a service curve and a load", add_help=False)
+    sub.add_parser("demo", help="the whole loop on this machine (local cluster, real Triton, Prometheus, load)",
+                   add_help=False)  # fmt: skip
     return parser
 
 
@@ -89,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     if argv and argv[0] == "plan":
-        return _cmd_plan(argparse.Namespace(), argv[1:])
+        return _cmd_plan(argv[1:])
+    if argv and argv[0] == "demo":
+        return _cmd_demo(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "crds":
         return _cmd_crds(args)
