@@ -34,7 +34,8 @@ from tailtune.tuner.types import Decision, Observation, Policy, TunerState
 log = logging.getLogger(__name__)
 
 STATE_ANNOTATION = "tailtune.io/tuner-state"
-TRITON_HTTP_PORT = 8000
+# Model control goes over gRPC: Triton 2.51 runs an HTTP load on its HTTP event loop, stalling inference.
+TRITON_GRPC_PORT = 8001
 
 
 class TunerCluster(Protocol):
@@ -105,7 +106,7 @@ def hot_apply(pod_ips: tuple[str, ...], model: str, config_json: str) -> HotAppl
     report = HotApplyReport()
     for ip in pod_ips:
         try:
-            result = apply_config(f"http://{ip}:{TRITON_HTTP_PORT}", model, config_json)
+            result = apply_config(f"{ip}:{TRITON_GRPC_PORT}", model, config_json)
             report.seconds[ip] = result.seconds
         except (ApplyError, OSError, ConnectionError) as exc:
             report.failures[ip] = str(exc)

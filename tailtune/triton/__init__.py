@@ -1,0 +1,1 @@
+"""Triton data plane: model config rendering, model control, a local tritonserver and CPU test models."""
