@@ -38,6 +38,7 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     import tailtune.operator.handlers  # noqa: F401  (registers the handlers)
     from tailtune.operator.metrics import start_metrics_server
 
+    kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
     if args.metrics_port:
         start_metrics_server(args.metrics_port)
     namespaces = args.namespace or []
@@ -81,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     op.add_argument("--peering", help="kopf peering name for HA (one active operator at a time)")
     op.add_argument("--priority", default="0", help="peering priority: an integer, or 'random' for HA replicas")
     op.add_argument("--metrics-port", type=int, default=0, help="serve the operator's Prometheus metrics here")
+    op.add_argument("--log-format", choices=["plain", "full", "json"], default="full", help="log line format")
+    op.add_argument("--verbose", action="store_true", help="debug logs")
     op.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
 
     crds = sub.add_parser("crds", help="print the generated CRD")

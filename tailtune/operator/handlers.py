@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -50,6 +51,8 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.batching.error_delays = [1, 2, 5, 10, 30, 60]
+    # How long a silent peer is believed alive: a standby takes over at most this long after the active one died.
+    settings.peering.lifetime = int(os.environ.get("TAILTUNE_PEERING_LIFETIME", "60"))
     # The Kubernetes client blocks: give its calls (run in threads) as many workers as pooled connections.
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=API_CONCURRENCY))
     memo["tailtune"] = State(Cluster(load_config()))

@@ -26,7 +26,7 @@ from tailtune.operator.engine import engine_cache_key, parse_build_report
 from tailtune.operator.modelconfig import model_config_json
 from tailtune.operator.observed import Observed
 from tailtune.operator.spec_checks import APPLIED_ANNOTATION, Applied, applied_config
-from tailtune.operator.status import SLO_MET, compute_slo_condition
+from tailtune.operator.status import SLO_MET, compute_slo_condition, reported_engine
 from tailtune.triton.control import ApplyError, apply_config
 from tailtune.tuner.law import decide
 from tailtune.tuner.types import Decision, Observation, Policy, TunerState
@@ -118,41 +118,24 @@ def hot_apply(pod_ips: tuple[str, ...], model: str, config_json: str) -> HotAppl
 async def tune_step(isvc: InferenceService, cluster: TunerCluster, reader: Reader, now: datetime) -> Decision | None:
     """One tuner tick for one InferenceService: read, decide, apply (hot or rolling), record.
 
-    Returns None without reading anything while no Triton pod serves (nothing to tune yet).
+    Returns None without reading anything while no Triton pod serves (nothing to tune yet). Writes only what
+    moved: a tick that holds on a steady (or steadily missing) signal costs no API write.
     """
-    observed = await cluster.observe(isvc, engine_cache_key(isvc), pod_ips=True)
-    if observed.deployment is None or not observed.deployment.ready_pod_ips:
+    if isvc.status.replicas.ready < 1:
         return None
-    job = observed.job
-    engine_info = parse_build_report(job.message) if job is not None and job.succeeded else None
     applied = applied_config(isvc)
     state = state_for(isvc, applied)
-    policy = policy_for(isvc)
     try:
         observation = await asyncio.to_thread(reader.read, now)
     except Exception as exc:  # Prometheus down or the query refused: the law holds on missing data, never blind
         log.warning("%s/%s: latency signal unavailable: %s", isvc.metadata.namespace, isvc.metadata.name, exc)
         observation = Observation(window_end=now, span_seconds=float(isvc.spec.slo.window_seconds))
-    decision = decide(state, observation, policy, now)
-    annotations = {STATE_ANNOTATION: json.dumps(decision.state.to_dict(), sort_keys=True)}
+    # Prometheus counts the pods it scraped; the Deployment knows how many serve.
+    observation = observation.model_copy(update={"ready_replicas": isvc.status.replicas.ready})
+    decision = decide(state, observation, policy_for(isvc), now)
+    annotations: dict[str, str] = {}
     if decision.changed:
-        rolled = False
-        if isvc.spec.tuning.mode == "hot" and decision.batching != applied.batching:
-            ips = observed.deployment.ready_pod_ips
-            config = model_config_json(isvc, decision.batching, engine_info)
-            report = await asyncio.to_thread(hot_apply, ips, isvc.model_name, config)
-            rolled = bool(report.failures)
-            ns, name = isvc.metadata.namespace, isvc.metadata.name
-            metrics.CONFIG_RELOADS.labels(ns, name, "hot", "failed" if rolled else "ok").inc()
-            if rolled:
-                await cluster.emit_event(
-                    isvc.metadata, "Warning", "HotReloadFailed",
-                    f"hot reload failed on {sorted(report.failures)}; rolling the Deployment instead: "
-                    + "; ".join(report.failures.values()),
-                )  # fmt: skip
-            elif report.seconds:
-                slowest = max(report.seconds.values())
-                log.info("%s: hot reload on %d pods, slowest %.2f s", isvc.metadata.name, len(ips), slowest)
+        rolled = await _apply_hot(isvc, cluster, decision, applied) if isvc.spec.tuning.mode == "hot" else False
         annotations[APPLIED_ANNOTATION] = Applied(
             batching=decision.batching,
             replicas=decision.replicas,
@@ -164,9 +147,48 @@ async def tune_step(isvc: InferenceService, cluster: TunerCluster, reader: Reade
             metrics.CONFIG_RELOADS.labels(isvc.metadata.namespace, isvc.metadata.name, "rollout", "ok").inc()
         await cluster.emit_event(isvc.metadata, "Normal", decision.reason_code or "TunerChange", decision.reason)
     metrics.TUNER_DECISIONS.labels(isvc.metadata.namespace, isvc.metadata.name, decision.reason_code).inc()
-    await cluster.patch_annotations(isvc.metadata, annotations)
-    await cluster.patch_latency(isvc.metadata, latency_status(observation, isvc.spec.slo.percentile, now))
+    if decision.changed or _memory(decision.state) != _memory(state):
+        annotations[STATE_ANNOTATION] = json.dumps(decision.state.to_dict(), sort_keys=True)
+    if annotations:
+        await cluster.patch_annotations(isvc.metadata, annotations)
+    latency = latency_status(observation, isvc.spec.slo.percentile, now)
+    old = isvc.status.latency
+    if (latency.observed_ms, latency.throughput_rps) != (
+        old.observed_ms,
+        old.throughput_rps,
+    ) or old.observed_at is None:
+        await cluster.patch_latency(isvc.metadata, latency)
     return decision
+
+
+def _memory(state: TunerState) -> dict[str, object]:
+    """The state that matters across restarts; window bookkeeping alone is not worth a write."""
+    return state.model_dump(exclude={"last_window_end", "missing_windows"})
+
+
+async def _apply_hot(isvc: InferenceService, cluster: TunerCluster, decision: Decision, applied: Applied) -> bool:
+    """Reload the new batching in every ready pod; True when it failed somewhere (then the Deployment rolls)."""
+    if decision.batching == applied.batching:
+        return False  # a replica change only: reconcile scales the Deployment
+    key = engine_cache_key(isvc)
+    io_known = reported_engine(key, isvc.status.engine)
+    observed = await cluster.observe(isvc, key, job_report=io_known is None, pod_ips=True)
+    job = observed.job
+    info = io_known or (parse_build_report(job.message) if job is not None and job.message else None)
+    ips = observed.deployment.ready_pod_ips if observed.deployment else ()
+    report = await asyncio.to_thread(hot_apply, ips, isvc.model_name, model_config_json(isvc, decision.batching, info))
+    failed = bool(report.failures)
+    ns, name = isvc.metadata.namespace, isvc.metadata.name
+    metrics.CONFIG_RELOADS.labels(ns, name, "hot", "failed" if failed else "ok").inc()
+    if failed:
+        await cluster.emit_event(
+            isvc.metadata, "Warning", "HotReloadFailed",
+            f"hot reload failed on {sorted(report.failures)}; rolling the Deployment instead: "
+            + "; ".join(report.failures.values()),
+        )  # fmt: skip
+    elif report.seconds:
+        log.info("%s/%s: hot reload on %d pods, slowest %.2f s", ns, name, len(ips), max(report.seconds.values()))
+    return failed
 
 
 def slo_condition_moved(isvc: InferenceService, observation_ms: float | None) -> bool:

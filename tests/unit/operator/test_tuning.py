@@ -11,7 +11,7 @@ from tailtune.operator.observed import DeploymentObservation, JobObservation, Ob
 from tailtune.operator.spec_checks import APPLIED_ANNOTATION, applied_config
 from tailtune.operator.tuning import STATE_ANNOTATION, slo_condition_moved, state_for, tune_step
 from tailtune.tuner.types import Observation, TunerState
-from tests.unit.factories import make_isvc
+from tests.unit.factories import IsvcBuilder, make_isvc
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
@@ -56,6 +56,11 @@ SERVING = Observed(
 )
 
 
+def serving_isvc() -> IsvcBuilder:
+    """An InferenceService whose status says a Triton pod is ready."""
+    return make_isvc().set("status", {"replicas": {"desired": 1, "ready": 1}})
+
+
 def test_nothing_is_read_before_pods_serve() -> None:
     cluster = FakeTunerCluster(Observed(job=JobObservation(succeeded=True)))
     reader = FixedReader(AssertionError("must not read"))
@@ -65,15 +70,23 @@ def test_nothing_is_read_before_pods_serve() -> None:
 
 def test_prometheus_down_holds_and_reports_missing_latency() -> None:
     cluster = FakeTunerCluster(SERVING)
-    decision = asyncio.run(tune_step(make_isvc().obj(), cluster, FixedReader(ConnectionError("refused")), NOW))
+    isvc = serving_isvc().obj()
+    decision = asyncio.run(tune_step(isvc, cluster, FixedReader(ConnectionError("refused")), NOW))
     assert decision is not None and not decision.changed and decision.signal_missing
     assert cluster.latency is not None and cluster.latency.observed_ms is None
     assert APPLIED_ANNOTATION not in cluster.annotations
-    assert STATE_ANNOTATION in cluster.annotations
+    # Still missing on the next tick, latency already recorded as missing: nothing to write at all.
+    seen_raw = serving_isvc().set("status.latency", cluster.latency.model_dump(by_alias=True, mode="json"))
+    for key, value in cluster.annotations.items():
+        seen_raw.annotate(key, value)
+    seen = seen_raw.obj()
+    quiet = FakeTunerCluster(SERVING)
+    asyncio.run(tune_step(seen, quiet, FixedReader(ConnectionError("refused")), NOW.replace(minute=1)))
+    assert quiet.annotations == {} and quiet.latency is None
 
 
 def test_rolling_mode_records_without_touching_pods() -> None:
-    isvc = make_isvc().set("spec.tuning.mode", "rolling").set("spec.tuning.cooldownSeconds", 0).obj()
+    isvc = serving_isvc().set("spec.tuning.mode", "rolling").set("spec.tuning.cooldownSeconds", 0).obj()
     cluster = FakeTunerCluster(SERVING)
     # Far over the SLO with a deep queue, several windows in a row: the law must act.
     state_raw = None

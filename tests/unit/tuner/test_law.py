@@ -24,8 +24,8 @@ def policy(**kw: Any) -> Policy:
     return Policy(**(base | kw))
 
 
-def curve(points: list[tuple[float, float]]) -> tuple[CurvePoint, ...]:
-    return tuple(CurvePoint(batch=b, ms=t) for b, t in points)
+def curve(points: list[tuple[float, float]], exact: bool = True) -> tuple[CurvePoint, ...]:
+    return tuple(CurvePoint(batch=b, ms=t, exact=exact) for b, t in points)
 
 
 def state(max_batch: int = 8, delay: int = 0, replicas: int = 1, **kw: Any) -> TunerState:
@@ -148,8 +148,9 @@ def test_gates(name: str, st: TunerState, windows: list[Observation], pol: Polic
     assert [d.reason_code for d in decisions] == codes, name
     for d in decisions:
         assert d.reason and re.fullmatch(r"[A-Z][A-Za-z]+", d.reason_code)
-        assert d.changed == (d.reason_code in {law.BATCHING_TIGHTENED, law.BATCHING_WIDENED,
-                                               law.SCALED_IN, law.SCALED_OUT})
+        assert d.changed == (
+            d.reason_code in {law.BATCHING_TIGHTENED, law.BATCHING_WIDENED, law.SCALED_IN, law.SCALED_OUT}
+        )
     missing = [d.signal_missing for d in decisions]
     assert missing == [c == law.SIGNAL_MISSING for c in codes]
 
@@ -162,7 +163,7 @@ def test_missing_signal_resets_counters() -> None:
 
 def test_batches_slower_than_the_aim_are_cut() -> None:
     # 2 t(32) = 2 * 40 ms is far above the 40 ms aim: max batch goes down, by at most the step.
-    st = state(max_batch=32, curve=curve(LP + [(32, 40.0)]))
+    st = state(max_batch=32, curve=curve([*LP, (32, 40.0)]))
     d = run(st, [obs(100, **BAD), obs(130, **BAD)], policy(max_batch_step=8))[-1]
     assert d.reason_code == law.BATCHING_TIGHTENED
     assert d.batching.max_batch_size == 24
@@ -194,13 +195,22 @@ def test_engine_max_batch_bounds_the_range() -> None:
 
 
 def test_batching_cannot_help_scales_out_within_bounds() -> None:
-    st = state(max_batch=9, curve=curve(LP))
-    sat = {"p": 500.0, "queue_ms": 400.0, "compute_ms": 8.5, "avg_batch": 9.0, "rate": 1000.0,
-           "queue_growth_rps": 900.0}
+    sat = {
+        "p": 500.0,
+        "queue_ms": 400.0,
+        "compute_ms": 7.02,
+        "avg_batch": 7.0,
+        "rate": 1000.0,
+        "queue_growth_rps": 900.0,
+    }
+    # Already at the most efficient batch the curve (with this window's point) knows.
+    best = compute_target(add_point(curve(LP), 7.0, 7.02), 1900.0, policy())
+    assert best is not None
+    st = state(max_batch=best.max_batch, curve=curve(LP))
     d = run(st, [obs(100, **sat), obs(130, **sat)], policy(replicas_max=3))[-1]
     assert d.reason_code == law.SCALED_OUT
     assert d.replicas == 3  # 1900 req/s demand, ~1000 req/s per replica at the best batch, 85% target
-    assert 7 <= d.batching.max_batch_size <= 9
+    assert d.batching.max_batch_size == best.max_batch
     d = run(st, [obs(100, **sat), obs(130, **sat)], policy(replicas_max=1))[-1]
     assert d.reason_code == law.AT_LIMITS
     assert not d.changed
@@ -278,3 +288,73 @@ def test_policy_from_spec() -> None:
     assert pol.replicas_min == 1 and pol.replicas_max == 4
     assert pol.aim_ms == pytest.approx(21.0)
     assert pol.comfort_ms == pytest.approx(14.7)
+
+
+def test_curve_learns_only_from_steady_single_config_windows() -> None:
+    pol = policy()
+    st = state(max_batch=8, last_rate=400.0)
+    # Nearly all single requests: exact.
+    d = decide(st, obs(100, avg_batch=1.1, compute_ms=2.45), pol, T0)
+    assert d.state.curve == (CurvePoint(batch=1.1, ms=2.45, exact=True),)
+    # Mixed batch sizes: kept, but inexact (reads slow).
+    d = decide(st, obs(100, avg_batch=4.0, compute_ms=6.0), pol, T0)
+    assert d.state.curve == (CurvePoint(batch=4.0, ms=6.0, exact=False),)
+    # Full batches: exact.
+    d = decide(st, obs(100, avg_batch=7.9, compute_ms=8.0), pol, T0)
+    assert d.state.curve[0].exact
+    # The load jumped since the last window, or the window overlaps a change, or the queue built up
+    # behind half-full batches: nothing learned.
+    for skipped in (
+        decide(st, obs(100, rate=800.0, avg_batch=1.1), pol, T0),
+        decide(
+            state(last_rate=400.0, last_change=T0 + timedelta(seconds=60)), obs(100, avg_batch=1.1), pol, T0
+        ),
+        decide(st, obs(100, avg_batch=4.0, compute_ms=20.0, queue_ms=400.0, queue_growth_rps=100.0), pol, T0),
+    ):
+        assert skipped.state.curve == ()
+
+
+def test_slow_mixed_points_do_not_fake_an_efficiency_optimum() -> None:
+    # A mixed window read slow at 4.7 must not make batch 1.4 look the most efficient.
+    pts = (CurvePoint(batch=1.4, ms=2.9, exact=True), CurvePoint(batch=4.7, ms=11.3))
+    t = compute_target(pts, 850.0, policy())
+    assert t is not None and t.max_batch == t.latency_cap
+    # An exact full-batch point faster than the mixed one drops it.
+    merged = add_point(pts, 9.0, 9.0, exact=True)
+    assert [p.batch for p in merged] == [1.4, 9.0]
+
+
+def test_small_efficiency_gains_are_not_worth_a_reload() -> None:
+    target = compute_target(curve(LP), 400.0, policy())
+    assert target is not None
+    calm = [obs(100 + 30 * i, p=8.0) for i in range(4)]
+    # One above the efficient size: within 15%, no reload.
+    near = run(state(max_batch=target.max_batch + 1, curve=curve(LP)), calm, policy())
+    assert all(not d.changed for d in near)
+    # Well above it: cut, once comfortable for K windows.
+    far = run(state(max_batch=2 * target.max_batch, curve=curve(LP)), calm, policy())
+    assert [d.reason_code for d in far][-2:] == [law.BATCHING_TIGHTENED, law.STALE_WINDOW]
+    assert far[-1].batching.max_batch_size == target.max_batch
+
+
+def test_scale_in_on_served_evidence_when_the_model_is_unsure() -> None:
+    # Only a point at batch 1: the model credits no batching gain and would keep both replicas.
+    pts = (CurvePoint(batch=1.0, ms=2.4, exact=True),)
+    calm = {"p": 5.0, "rate": 404.0, "ready_replicas": 2, "avg_batch": 1.0, "compute_ms": 2.4}
+    st = state(max_batch=8, replicas=2, curve=pts)
+    held = run(st, [obs(100 + 30 * i, **calm) for i in range(3)], policy(replicas_max=3))[-1]
+    assert held.replicas == 2
+    # One replica was seen serving 536 req/s within the aim: 404 on one is safe.
+    seen = st.model_copy(update={"served_per_replica": 536.0})
+    d = run(seen, [obs(100 + 30 * i, **calm) for i in range(3)], policy(replicas_max=3))[-1]
+    assert d.reason_code == law.SCALED_IN and d.replicas == 1
+    assert "536" in d.reason
+
+
+def test_full_batches_on_a_busy_device_count_as_pressure() -> None:
+    # Latency within the band, but batches hit max_batch with the device busy: widen before a backlog.
+    st = state(max_batch=8, curve=curve([(1, 4.0), (8, 6.3)]))
+    busy = {"p": 22.0, "rate": 1200.0, "avg_batch": 7.5, "compute_ms": 6.3, "queue_ms": 5.0}
+    d = run(st, [obs(100, **busy), obs(130, **busy)], policy(slo_ms=30.0))
+    assert [x.reason_code for x in d] == [law.CONFIRMING, law.BATCHING_WIDENED]
+    assert d[-1].batching.max_batch_size > 8

@@ -19,8 +19,15 @@ class Reader:
 
     def read(self, window_end: datetime) -> Observation:
         return Observation(
-            window_end=window_end, span_seconds=60, p_latency_ms=self.p, request_rate=400, queue_ms=3,
-            compute_ms=40, avg_batch=32, ready_replicas=1, sample_count=10_000,
+            window_end=window_end,
+            span_seconds=60,
+            p_latency_ms=self.p,
+            request_rate=400,
+            queue_ms=3,
+            compute_ms=40,
+            avg_batch=32,
+            ready_replicas=1,
+            sample_count=10_000,
         )
 
 
@@ -45,7 +52,8 @@ class Recorder:
 
 POLICY = Policy(slo_ms=50, batch_max=64, max_batch_step=64)
 START = TunerState(
-    batching=Batching(max_batch_size=32), replicas=1,
+    batching=Batching(max_batch_size=32),
+    replicas=1,
     curve=(CurvePoint(batch=1, ms=2.4), CurvePoint(batch=8, ms=8.0), CurvePoint(batch=32, ms=40.0)),
 )
 

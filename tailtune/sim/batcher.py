@@ -1,0 +1,232 @@
+"""One Triton server (one pod, one device) with its dynamic batcher, simulated batch by batch.
+
+Semantics, as in Triton's dynamic batch scheduler:
+
+- when an instance is free, the batcher looks at the queue: with max_batch requests queued, a batch of
+  max_batch goes at once; with a preferred size formable (largest preferred <= queued), that size goes at
+  once; otherwise the batch waits until the oldest request has waited max_queue_delay (then everything
+  queued, up to max_batch, goes) or until the queue reaches the next preferred size or max_batch;
+- with delay 0 the oldest has always waited long enough: a free instance takes what is queued;
+- with max_queue_size > 0, a request arriving to a full queue is rejected;
+- N instances pull batches independently but execute on one device, one batch at a time, in order
+  (as on the emulated accelerator); Triton's compute time then includes the wait for the device;
+- a config change (hot reload) applies to batches formed after it and pauses new batches briefly.
+
+The loop steps from batch to batch (not request to request) over plain lists, and hands numpy arrays
+to the readers.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tailtune.api.v1alpha1 import Batching
+
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """Requests of one replica that completed within a window."""
+
+    latency_s: Floats
+    queue_s: Floats
+    compute_s: Floats
+    batch: Floats
+
+
+class _Mirror:
+    """A numpy copy of a growing list, extended on demand."""
+
+    def __init__(self, dtype: type[np.float64] | type[np.int64]) -> None:
+        self.dtype = dtype
+        self.array: npt.NDArray[Any] = np.empty(0, dtype=dtype)
+
+    def sync(self, items: list[float] | list[int]) -> npt.NDArray[Any]:
+        if len(items) > len(self.array):
+            fresh = np.asarray(items[len(self.array) :], dtype=self.dtype)
+            self.array = np.concatenate([self.array, fresh])
+        return self.array
+
+
+class Replica:
+    """One pod: a dynamic batcher, `instances` model instances and one device."""
+
+    def __init__(
+        self,
+        exec_ms: Sequence[float],
+        batching: Batching,
+        *,
+        instances: int = 1,
+        max_queue_size: int = 0,
+        ready_at: float = 0.0,
+        reload_pause_s: float = 0.0,
+        noise_sigma: float = 0.0,
+        rng: np.random.Generator | None = None,
+    ) -> None:
+        self._exec_s = [m / 1000.0 for m in exec_ms]  # index = batch size; [0] unused
+        self.batching = batching
+        self.ready_at = ready_at
+        self._max_queue = max_queue_size
+        self._reload_pause_s = reload_pause_s
+        self._noise_sigma = noise_sigma
+        self._rng = rng or np.random.default_rng(0)
+        self._noise: list[float] = []
+        self._arr: list[float] = []  # arrivals routed here, sorted
+        self._scan = 0  # arrivals before this were admitted or rejected
+        self._queue: list[int] = []  # admitted arrival indices, in order; [head:] still queued
+        self._head = 0
+        self._rejected: list[float] = []
+        # Per batch, in dispatch order (so completion times are sorted): size, dispatch, completion.
+        self._b_size: list[int] = []
+        self._b_start: list[float] = []
+        self._b_fin: list[float] = []
+        self._instances = [ready_at] * instances
+        self._device_free = ready_at
+        self._cursor = ready_at
+        self._paused_until = ready_at
+        self._m_arr = _Mirror(np.float64)
+        self._m_queue = _Mirror(np.int64)
+        self._m_size = _Mirror(np.int64)
+        self._m_start = _Mirror(np.float64)
+        self._m_fin = _Mirror(np.float64)
+
+    @property
+    def executions(self) -> int:
+        """Batches executed (or in flight) so far."""
+        return len(self._b_size)
+
+    def add_arrivals(self, times: Floats) -> None:
+        """Route more arrivals here; all later than those already routed."""
+        self._arr.extend(times.tolist())
+
+    def set_batching(self, batching: Batching, at: float) -> None:
+        """Hot reload at time `at` (the replica must have run until `at`)."""
+        self.batching = batching
+        self._paused_until = max(self._paused_until, at + self._reload_pause_s)
+
+    def run_until(self, t_end: float) -> None:
+        """Form and execute every batch that the batcher starts before t_end."""
+        arr = self._arr
+        n_arr = len(arr)
+        queue = self._queue
+        b = self.batching
+        max_batch = b.max_batch_size
+        preferred = sorted(b.preferred_batch_sizes)
+        delay_s = b.max_queue_delay_microseconds / 1e6
+        instances = self._instances
+        while True:
+            now = max(instances[0], self._cursor, self._paused_until)
+            if now >= t_end:
+                return
+            self._admit(now)
+            queued = len(queue) - self._head
+            if queued == 0:
+                if self._scan >= n_arr or arr[self._scan] >= t_end:
+                    self._cursor = now
+                    return
+                self._cursor = arr[self._scan]
+                continue
+            oldest = arr[queue[self._head]]
+            if queued >= max_batch:
+                size = max_batch
+            elif now - oldest >= delay_s - 1e-12:
+                size = queued
+            else:
+                formable = [p for p in preferred if p <= queued]
+                if formable:
+                    size = formable[-1]
+                else:
+                    goal = next((p for p in preferred if p > queued), max_batch)
+                    idx = self._scan + goal - queued - 1
+                    full_possible = self._max_queue == 0 or goal <= self._max_queue
+                    reach = arr[idx] if idx < n_arr and full_possible else math.inf
+                    wake = min(oldest + delay_s, reach)
+                    if wake >= t_end:
+                        self._cursor = now
+                        return
+                    self._cursor = wake
+                    continue
+            self._dispatch(now, size)
+
+    def _admit(self, now: float) -> None:
+        j = bisect.bisect_right(self._arr, now, self._scan)
+        new = j - self._scan
+        if new <= 0:
+            return
+        take = new
+        if self._max_queue > 0:
+            take = max(0, min(new, self._max_queue - (len(self._queue) - self._head)))
+        self._queue.extend(range(self._scan, self._scan + take))
+        if take < new:
+            self._rejected.extend(self._arr[self._scan + take : j])
+        self._scan = j
+
+    def _dispatch(self, now: float, size: int) -> None:
+        self._head += size
+        heapq.heappop(self._instances)
+        start = max(now, self._device_free)
+        exec_s = self._exec_s[size]
+        if self._noise_sigma > 0:
+            if not self._noise:
+                self._noise = self._rng.lognormal(0.0, self._noise_sigma, 4096).tolist()
+            exec_s *= self._noise.pop()
+        fin = start + exec_s
+        self._device_free = fin
+        heapq.heappush(self._instances, fin)
+        self._b_size.append(size)
+        self._b_start.append(now)
+        self._b_fin.append(fin)
+        self._cursor = now
+
+    def _requests(self, lo: int, hi: int) -> tuple[Floats, Floats, Floats, Floats]:
+        """(arrival, dispatch, completion, batch size) of the requests in batches lo..hi-1."""
+        arr = self._m_arr.sync(self._arr)
+        queue = self._m_queue.sync(self._queue)
+        size = self._m_size.sync(self._b_size)
+        first = int(size[:lo].sum())
+        sizes = size[lo:hi]
+        n = int(sizes.sum())
+        return (
+            arr[queue[first : first + n]].astype(np.float64),
+            np.repeat(self._m_start.sync(self._b_start)[lo:hi], sizes).astype(np.float64),
+            np.repeat(self._m_fin.sync(self._b_fin)[lo:hi], sizes).astype(np.float64),
+            np.repeat(sizes, sizes).astype(np.float64),
+        )
+
+    def window(self, start: float, end: float) -> WindowStats:
+        """Requests that completed in [start, end)."""
+        fin = self._m_fin.sync(self._b_fin)
+        lo = int(np.searchsorted(fin, start, side="left"))
+        hi = int(np.searchsorted(fin, end, side="left"))
+        arr, st, done, size = self._requests(lo, hi)
+        return WindowStats(latency_s=done - arr, queue_s=st - arr, compute_s=done - st, batch=size)
+
+    def outcomes(self) -> tuple[Floats, Floats]:
+        """(arrival, latency) of every request routed here; inf when rejected or not finished."""
+        arr, _, done, _ = self._requests(0, len(self._b_size))
+        everything = self._m_arr.sync(self._arr).astype(np.float64)
+        waiting = everything[np.asarray(self._queue[self._head :], dtype=np.int64)]
+        lost = np.concatenate([waiting, everything[self._scan :], np.asarray(self._rejected)])
+        return np.concatenate([arr, lost]), np.concatenate([done - arr, np.full(len(lost), np.inf)])
+
+    def pending(self, t: float) -> int:
+        """Requests routed here by time t and not yet dispatched or rejected by then (t in the past)."""
+        arrived = bisect.bisect_right(self._arr, t)
+        batches = bisect.bisect_right(self._b_start, t)
+        dispatched = int(self._m_size.sync(self._b_size)[:batches].sum())
+        return arrived - dispatched - bisect.bisect_right(self._rejected, t)
+
+    @property
+    def rejected(self) -> int:
+        """Requests rejected by a full queue so far."""
+        return len(self._rejected)

@@ -1,0 +1,185 @@
+"""A set of replicas behind a load balancer, observed the way Prometheus observes Triton."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+
+import numpy as np
+
+from tailtune.api.v1alpha1 import Batching
+from tailtune.sim.arrivals import Times
+from tailtune.sim.batcher import Replica
+from tailtune.sim.curves import ServiceCurve
+from tailtune.tuner.types import Observation
+
+EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
+
+Routing = Literal["round_robin", "random"]
+
+
+class Cluster:
+    """Replicas (one device each) fed by one arrival trace, reconfigurable while it runs.
+
+    Drive it forward with `advance(t)`, read windows with `observe`, change the config with `apply`.
+    Times are seconds from the trace start; `clock(t)` maps them onto datetimes for the tuner.
+    """
+
+    def __init__(
+        self,
+        curve: ServiceCurve,
+        arrivals: Times,
+        batching: Batching,
+        replicas: int = 1,
+        *,
+        instances: int = 1,
+        max_queue_size: int = 0,
+        engine_max_batch: int = 128,
+        routing: Routing = "round_robin",
+        seed: int = 0,
+        noise_sigma: float = 0.0,
+        reload_pause_s: float = 0.05,
+        startup_s: float = 30.0,
+    ) -> None:
+        top = max(engine_max_batch, batching.max_batch_size)
+        self._exec_ms = [0.0] + [curve.ms(b) for b in range(1, top + 1)]
+        self._arrivals = np.asarray(arrivals, dtype=np.float64)
+        self._routed = 0
+        self._rr = 0
+        self._rng = np.random.default_rng(seed)
+        self._instances = instances
+        self._max_queue = max_queue_size
+        self._noise = noise_sigma
+        self._reload_pause_s = reload_pause_s
+        self._startup_s = startup_s
+        self._seed = seed
+        self.routing: Routing = routing
+        self.batching = batching
+        self.now = 0.0
+        self._all: list[Replica] = []
+        self._active: list[Replica] = []
+        for _ in range(replicas):
+            self._add_replica(ready_at=0.0)
+
+    def _add_replica(self, ready_at: float) -> None:
+        rep = Replica(
+            self._exec_ms,
+            self.batching,
+            instances=self._instances,
+            max_queue_size=self._max_queue,
+            ready_at=ready_at,
+            reload_pause_s=self._reload_pause_s,
+            noise_sigma=self._noise,
+            rng=np.random.default_rng([self._seed, len(self._all)]),
+        )
+        self._all.append(rep)
+        self._active.append(rep)
+
+    @property
+    def replicas(self) -> int:
+        """Replicas receiving traffic or starting."""
+        return len(self._active)
+
+    def ready_replicas(self, t: float | None = None) -> int:
+        """Replicas ready at time t (default: now)."""
+        at = self.now if t is None else t
+        return sum(1 for r in self._active if r.ready_at <= at)
+
+    def clock(self, t: float) -> datetime:
+        """The datetime of simulated second t."""
+        return EPOCH + timedelta(seconds=t)
+
+    def advance(self, t: float) -> None:
+        """Route the arrivals before t and run every replica until t."""
+        if t <= self.now:
+            return
+        cuts = sorted({r.ready_at for r in self._active if self.now < r.ready_at < t} | {t})
+        start = self.now
+        for cut in cuts:
+            end_idx = int(np.searchsorted(self._arrivals, cut, side="left"))
+            chunk = self._arrivals[self._routed : end_idx]
+            self._routed = end_idx
+            ready = [r for r in self._active if r.ready_at <= start] or self._active
+            self._route(chunk, ready)
+            start = cut
+        for rep in self._all:
+            rep.run_until(t)
+        self.now = t
+
+    def _route(self, chunk: Times, ready: list[Replica]) -> None:
+        n = len(ready)
+        if len(chunk) == 0:
+            return
+        if n == 1:
+            ready[0].add_arrivals(chunk)
+            return
+        if self.routing == "random":
+            target = self._rng.integers(0, n, len(chunk))
+        else:
+            target = (np.arange(len(chunk)) + self._rr) % n
+            self._rr = (self._rr + len(chunk)) % n
+        for i, rep in enumerate(ready):
+            rep.add_arrivals(chunk[target == i])
+
+    def apply(self, batching: Batching, replicas: int) -> None:
+        """Reload the batching config in every pod and scale to `replicas`, now."""
+        if batching != self.batching:
+            self.batching = batching
+            for rep in self._all:
+                rep.set_batching(batching, self.now)
+        while len(self._active) < replicas:
+            self._add_replica(ready_at=self.now + self._startup_s)
+        while len(self._active) > max(1, replicas):
+            # The newest goes first; it keeps draining what it queued.
+            self._active.pop()
+
+    def observe(self, window_s: float, percentile: float, span_s: float | None = None) -> Observation:
+        """The window ending now, as the Prometheus reader reports it.
+
+        Latency is the conservative aggregate (max over pods of each pod's percentile); rate, queue and
+        compute times are per request over all pods; the batch is inferences / executions.
+        """
+        span = max(window_s, span_s or 0.0)
+        end = self.now
+        stats = [r.window(end - span, end) for r in self._all]
+        count = sum(len(s.latency_s) for s in stats)
+        ready = self.ready_replicas()
+        growth = sum(r.pending(end) - r.pending(end - span) for r in self._all) / span
+        if count == 0:
+            return Observation(
+                window_end=self.clock(end),
+                span_seconds=span,
+                request_rate=0.0,
+                ready_replicas=ready,
+                sample_count=0,
+            )
+        p = max(float(np.percentile(s.latency_s, percentile)) for s in stats if len(s.latency_s))
+        queue = float(sum(s.queue_s.sum() for s in stats)) / count
+        compute = float(sum(s.compute_s.sum() for s in stats)) / count
+        executions = float(sum((1.0 / s.batch).sum() for s in stats))
+        return Observation(
+            window_end=self.clock(end),
+            span_seconds=span,
+            p_latency_ms=p * 1000,
+            request_rate=count / span,
+            queue_ms=queue * 1000,
+            compute_ms=compute * 1000,
+            avg_batch=count / executions,
+            queue_growth_rps=growth,
+            ready_replicas=ready,
+            sample_count=count,
+        )
+
+    def outcomes(self) -> tuple[Times, Times]:
+        """(arrival, latency in s) of every request of the trace, sorted by arrival; inf = never served."""
+        unrouted = self._arrivals[self._routed :]
+        parts = [r.outcomes() for r in self._all]
+        arr = np.concatenate([p[0] for p in parts] + [unrouted])
+        lat = np.concatenate([p[1] for p in parts] + [np.full(len(unrouted), np.inf)])
+        order = np.argsort(arr, kind="stable")
+        return arr[order], lat[order]
+
+    @property
+    def rejected(self) -> int:
+        """Requests rejected by full queues."""
+        return sum(r.rejected for r in self._all)

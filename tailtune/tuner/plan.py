@@ -1,0 +1,111 @@
+"""`tailtune plan`: the config the tuner would start from for a service-time curve and a load.
+
+It feeds the curve to the law's own planner (`compute_target`) as if every batch size had been measured,
+then simulates Poisson arrivals at that load to predict the P99 and throughput, next to Triton's default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+import numpy as np
+
+from tailtune.api.v1alpha1 import Batching, IntRange, Replicas, Slo, Tuning
+from tailtune.sim import Cluster, linear_power, named_curve, poisson
+from tailtune.sim.curves import CURVES, ServiceCurve
+from tailtune.tuner.law import compute_target
+from tailtune.tuner.types import CurvePoint, Policy
+
+WARMUP_S = 10.0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tailtune plan", description=__doc__)
+    p.add_argument("--curve", choices=CURVES, help="a named service-time curve (else t(b) = a + c*b^p)")
+    p.add_argument("--a-ms", type=float, default=2.0, help="fixed time per batch, ms (default 2)")
+    p.add_argument("--c-ms", type=float, default=0.4, help="time per request, ms (default 0.4)")
+    p.add_argument("--p", type=float, default=1.3, help="exponent on the batch size (default 1.3)")
+    p.add_argument("--rate", type=float, required=True, help="offered load, requests/s")
+    p.add_argument("--slo-ms", type=float, required=True, help="latency objective, ms")
+    p.add_argument("--percentile", type=float, default=99.0, help="percentile of the objective (default 99)")
+    p.add_argument("--headroom", type=float, default=0.8, help="aim at this share of the SLO (default 0.8)")
+    p.add_argument("--engine-max-batch", type=int, default=64, help="the engine's max batch (default 64)")
+    p.add_argument("--replicas-max", type=int, default=1, help="most replicas (default 1)")
+    p.add_argument("--instances", type=int, default=1, help="model instances per GPU (default 1)")
+    p.add_argument("--seconds", type=float, default=120.0, help="simulated seconds (default 120)")
+    p.add_argument("--seed", type=int, default=0, help="arrival seed (default 0)")
+    return p
+
+
+def _predict(
+    curve: ServiceCurve, batching: Batching, replicas: int, args: argparse.Namespace
+) -> tuple[float, float, float]:
+    """(P99 ms, served req/s, share within the SLO) of a config at the load, after a warm-up."""
+    trace = poisson(args.rate, args.seconds + WARMUP_S, args.seed)
+    cluster = Cluster(
+        curve,
+        trace.arrivals,
+        batching,
+        replicas,
+        instances=args.instances,
+        engine_max_batch=args.engine_max_batch,
+        seed=args.seed,
+    )
+    cluster.advance(trace.duration_s)
+    arr, lat = cluster.outcomes()
+    lat = lat[arr >= WARMUP_S]
+    served = float(np.sum(np.isfinite(lat))) / args.seconds
+    p = float(np.percentile(lat, args.percentile, method="higher")) * 1000 if len(lat) else float("nan")
+    within = float(np.mean(lat <= args.slo_ms / 1000)) if len(lat) else 0.0
+    return p, served, within
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    """Print the starting config and its predicted latency and throughput; 0 on success."""
+    args = _parser().parse_args(argv)
+    stream = out or sys.stdout
+    curve = named_curve(args.curve) if args.curve else linear_power(args.a_ms, args.c_ms, args.p)
+    top = args.engine_max_batch
+    policy = Policy.from_spec(
+        Slo(latency_ms=args.slo_ms, percentile=args.percentile),
+        Tuning(max_batch_size=IntRange(min=1, max=top), headroom=args.headroom),
+        Replicas(min=1, max=args.replicas_max),
+        top,
+        instances=args.instances,
+    )
+    points = tuple(CurvePoint(batch=b, ms=curve.ms(b), exact=True) for b in range(1, top + 1))
+    target = compute_target(points, args.rate, policy)
+    if target is None:  # unreachable with a curve; keeps the type checker honest
+        return 1
+    batching = Batching(max_batch_size=target.max_batch, max_queue_delay_microseconds=target.delay_us)
+    pname = f"P{args.percentile:g}"
+    print(
+        f"tailtune plan: {curve.name} at {args.rate:g} req/s, SLO {pname} <= {args.slo_ms:g} ms", file=stream
+    )
+    print(
+        f"start config: max_batch_size {target.max_batch}, max_queue_delay_microseconds {target.delay_us}, "
+        f"replicas {target.replicas}",
+        file=stream,
+    )
+    print(
+        f"  batches of {target.max_batch} take {target.exec_ms:.1f} ms; {target.capacity_rps:.0f} req/s per "
+        f"replica at full batches; batches up to {target.latency_cap} keep {pname} under "
+        f"{policy.aim_ms:g} ms",
+        file=stream,
+    )
+    print(f"predicted ({args.seconds:g} s of Poisson arrivals, seed {args.seed}):", file=stream)
+    print(f"  {'config':<28} {pname + ' ms':>10} {'served req/s':>13} {'within SLO':>11}", file=stream)
+    rows = [
+        (f"tailtune start (batch {target.max_batch})", batching, target.replicas),
+        (f"triton default (batch {top})", Batching(max_batch_size=top), target.replicas),
+    ]
+    for label, b, r in rows:
+        p, served, within = _predict(curve, b, r, args)
+        print(f"  {label:<28} {p:>10.1f} {served:>13.0f} {within:>11.1%}", file=stream)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

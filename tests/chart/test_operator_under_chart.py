@@ -1,0 +1,85 @@
+"""The operator as two real processes with kopf peering, under the chart's ServiceAccount token (not admin).
+
+The full flow working through that token proves the chart's RBAC is enough; the standby taking over after
+the active one is killed, with no duplicate children, proves the HA set-up.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.chart.kubeconfig import service_account_kubeconfig
+from tests.chart.test_chart_cluster import installed
+
+if TYPE_CHECKING:
+    from tests.e2e.conftest import Cluster
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+
+
+def start_operator(
+    cluster: Cluster, kubeconfig: Path, peering: str, priority: int, log: Path
+) -> subprocess.Popen[bytes]:
+    env = {**cluster.env, "KUBECONFIG": str(kubeconfig), "TAILTUNE_PEERING_LIFETIME": "10"}
+    args = [sys.executable, "-m", "tailtune", "operator", f"--peering={peering}", f"--priority={priority}"]
+    return subprocess.Popen(args, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=REPO)
+
+
+def ready(obj: dict[str, Any] | None) -> bool:
+    conditions = (obj or {}).get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def test_two_peered_operators_under_the_chart_account(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+    from tests.e2e.test_operator import engine_store, example, jobs
+
+    with installed(cluster, namespace) as (release, _):
+        kubeconfig = service_account_kubeconfig(cluster, namespace, release)
+        active = start_operator(cluster, kubeconfig, release, 200, tmp_path / "active.log")
+        standby = start_operator(cluster, kubeconfig, release, 100, tmp_path / "standby.log")
+        try:
+            engine_store(cluster, namespace)
+            cluster.apply(example(), namespace=namespace)
+            cluster.wait_for(
+                "Ready under the chart's account", lambda: ready(cluster.get("tis", "resnet50", namespace)), 120
+            )
+            standby_log = (tmp_path / "standby.log").read_text()
+            assert "Pausing operations in favour of" in standby_log, standby_log[-3000:]
+
+            active.send_signal(signal.SIGKILL)
+            active.wait(timeout=10)
+            patch = (
+                '{"spec": {"serving": {"batching": {"maxBatchSize": 4, "preferredBatchSizes": [4]}},'
+                ' "warmup": {"batchSizes": [1]}}}'
+            )
+            cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--type=merge", "-p", patch)
+
+            def taken_over() -> bool:
+                cm = cluster.get("configmap", "resnet50-triton-config", namespace)
+                return bool(cm) and "max_batch_size: 4" in cm["data"]["config.pbtxt"]
+
+            try:
+                cluster.wait_for("the standby to take over", taken_over, 90)
+            except BaseException:
+                print((tmp_path / "standby.log").read_text()[-4000:], file=sys.stderr)
+                raise
+            assert "Resuming operations" in (tmp_path / "standby.log").read_text()
+            assert len(jobs(cluster, namespace)) == 1
+            triton = cluster.kubectl(
+                "get", "deployments", "-n", namespace, "-l", "app.kubernetes.io/component=triton", "-o", "name"
+            ).stdout.split()
+            assert triton == ["deployment.apps/resnet50-triton"]
+            cluster.kubectl("delete", "tis", "resnet50", "-n", namespace, "--wait=true", "--timeout=60s")
+        finally:
+            for proc in (active, standby):
+                if proc.poll() is None:
+                    proc.terminate()
+                    proc.wait(timeout=20)
+            kubeconfig.unlink(missing_ok=True)

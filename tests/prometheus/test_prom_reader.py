@@ -1,0 +1,89 @@
+"""The Prometheus reader against a real Prometheus scraping fake Triton pods with known values."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import pytest
+import requests
+
+from tailtune.tuner.prom import PrometheusReader, Target
+from tailtune.tuner.types import Observation
+from tests.prometheus.conftest import PromEnv
+
+pytestmark = pytest.mark.prometheus
+
+WINDOW = 20.0
+
+
+def _read(prom: PromEnv, model: str, **kwargs: str) -> Observation:
+    reader = PrometheusReader.connect(prom.url, Target("ml", "svc", model), 99, WINDOW, **kwargs)
+    return reader.read(datetime.now(UTC))
+
+
+@pytest.fixture(scope="module")
+def warm(prom: PromEnv) -> PromEnv:
+    """Wait until Prometheus holds a full window of scrapes from both pods."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        body = requests.get(
+            f"{prom.url}/api/v1/query",
+            params={"query": 'count_over_time(nv_inference_request_success{model="bert"}[20s])'},
+            timeout=5,
+        ).json()
+        counts = [float(r["value"][1]) for r in body["data"]["result"]]
+        if len(counts) == 2 and min(counts) >= WINDOW - 1:
+            return prom
+        time.sleep(1)
+    pytest.fail("Prometheus did not collect a full window in time")
+
+
+def test_default_queries_give_the_known_values(warm: PromEnv) -> None:
+    obs = _read(warm, "bert")
+    # Summaries cannot be averaged: the reader takes the worst pod's P99.
+    assert obs.p_latency_ms == pytest.approx(30.0)
+    assert obs.request_rate == pytest.approx(200.0, rel=0.1)
+    assert obs.queue_ms == pytest.approx(2.0, rel=0.02)
+    assert obs.compute_ms == pytest.approx(6.5, rel=0.02)
+    assert obs.avg_batch == pytest.approx(4.0, rel=0.02)
+    assert obs.queue_growth_rps == pytest.approx(0.0, abs=1e-6)
+    assert obs.ready_replicas == 2
+    # The summary reaches 60 s back whatever the window: the law waits that long after a change.
+    assert obs.span_seconds == 60.0
+
+
+def test_user_promql_replaces_the_latency_query(warm: PromEnv) -> None:
+    query = (
+        'min(nv_inference_request_summary_us{namespace="{namespace}",model="{model}",quantile="0.5"}) / 1e6'
+    )
+    obs = _read(warm, "bert", latency_query=query)
+    assert obs.p_latency_ms == pytest.approx(5.0)
+    assert obs.span_seconds == WINDOW
+    assert obs.request_rate == pytest.approx(200.0, rel=0.1)
+
+
+def test_histogram_is_used_when_exposed(warm: PromEnv) -> None:
+    obs = _read(warm, "histo")
+    # Buckets add up across pods; the 99th percentile interpolates inside (10, 20] ms.
+    assert obs.p_latency_ms == pytest.approx(19.8, rel=0.01)
+    assert obs.span_seconds == WINDOW
+
+
+def test_no_traffic_gives_zero_rate_and_no_latency(warm: PromEnv) -> None:
+    obs = _read(warm, "idle")
+    assert obs.request_rate == 0.0
+    assert obs.p_latency_ms is None
+    assert obs.queue_ms is None and obs.compute_ms is None and obs.avg_batch is None
+
+
+def test_missing_series_give_none(warm: PromEnv) -> None:
+    obs = _read(warm, "absent")
+    assert obs.p_latency_ms is None
+    assert obs.request_rate is None
+    assert obs.queue_ms is None
+    assert obs.compute_ms is None
+    assert obs.avg_batch is None
+    assert obs.queue_growth_rps is None
+    assert obs.ready_replicas is None
+    assert obs.sample_count is None

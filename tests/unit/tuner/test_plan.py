@@ -1,0 +1,42 @@
+"""`tailtune plan` prints the starting config and its prediction."""
+
+from __future__ import annotations
+
+import io
+
+from tailtune.tuner.plan import main
+
+
+def test_plan_for_the_emulated_curve_at_high_load() -> None:
+    out = io.StringIO()
+    assert main(["--rate", "850", "--slo-ms", "50", "--seconds", "30"], out) == 0
+    text = out.getvalue()
+    assert "linear-power(2,0.4,1.3) at 850 req/s, SLO P99 <= 50 ms" in text
+    start = next(line for line in text.splitlines() if line.startswith("start config"))
+    batch = int(start.split("max_batch_size ")[1].split(",")[0])
+    # Near the cost minimum of 2 + 0.4 b^1.3, far below the engine's 64.
+    assert 6 <= batch <= 9
+    assert "max_queue_delay_microseconds 0" in start
+    ours = next(line for line in text.splitlines() if "tailtune start" in line)
+    default = next(line for line in text.splitlines() if "triton default" in line)
+    assert ours.split()[-1] == "100.0%"
+    assert float(default.split()[-1].rstrip("%")) < 50
+
+
+def test_plan_scales_out_when_one_replica_cannot_serve() -> None:
+    out = io.StringIO()
+    args = [
+        "--curve",
+        "bert-base-l4",
+        "--rate",
+        "3000",
+        "--slo-ms",
+        "50",
+        "--replicas-max",
+        "4",
+        "--seconds",
+        "20",
+    ]
+    assert main(args, out) == 0
+    start = next(line for line in out.getvalue().splitlines() if line.startswith("start config"))
+    assert start.endswith("replicas 3")
