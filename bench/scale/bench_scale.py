@@ -159,6 +159,7 @@ def main() -> int:
         cpu0, _ = proc_stats(op.pid)
         t0 = time.monotonic()
         kubectl(env, "apply", "-f", "-", input=yaml.safe_dump_all([isvc(i) for i in range(args.count)]))
+        applied_s = time.monotonic() - t0
         timeline: list[tuple[float, int]] = []
         while True:
             n = ready_count(env)
@@ -189,6 +190,8 @@ def main() -> int:
         "count": args.count,
         "ready": timeline[-1][1],
         "all_ready_seconds": round(all_ready_s, 1),
+        "kubectl_apply_seconds": round(applied_s, 1),
+        "load_average_1m_at_end": os.getloadavg()[0],
         "operator_cpu_seconds_to_ready": round(cpu1 - cpu0, 1),
         "operator_cpu_seconds_per_resource": round((cpu1 - cpu0) / args.count, 3),
         "operator_peak_rss_mib": round(rss / 2**20, 1),
