@@ -82,3 +82,13 @@ def gpu_tolerations(isvc: InferenceService) -> list[dict[str, Any]]:
 def node_selector(isvc: InferenceService) -> dict[str, str]:
     """Node selection by GPU product, plus the user's own selector."""
     return {**isvc.spec.serving.node_selector, GPU_PRODUCT_LABEL: isvc.spec.serving.gpu.product}
+
+
+def pod_security_context() -> dict[str, Any]:
+    """Restricted pod security: non-root, RuntimeDefault seccomp."""
+    return {"runAsNonRoot": True, "runAsUser": 1000, "fsGroup": 1000, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def container_security_context() -> dict[str, Any]:
+    """Restricted container security: no privilege escalation, read-only root, no capabilities."""
+    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}

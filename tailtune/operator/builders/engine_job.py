@@ -8,9 +8,11 @@ from tailtune.api import InferenceService
 from tailtune.operator.builders.common import (
     GPU_RESOURCE,
     Manifest,
+    container_security_context,
     gpu_tolerations,
     metadata,
     node_selector,
+    pod_security_context,
 )
 
 ENGINE_MOUNT = "/engines"
@@ -85,12 +87,7 @@ def build_engine_job(isvc: InferenceService, cache_key: str) -> Manifest:
                     "restartPolicy": "Never",
                     "nodeSelector": node_selector(isvc),
                     "tolerations": gpu_tolerations(isvc),
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 1000,
-                        "fsGroup": 1000,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
+                    "securityContext": pod_security_context(),
                     "containers": [
                         {
                             "name": "builder",
@@ -101,11 +98,7 @@ def build_engine_job(isvc: InferenceService, cache_key: str) -> Manifest:
                             "volumeMounts": mounts,
                             "terminationMessagePath": "/dev/termination-log",
                             "terminationMessagePolicy": "FallbackToLogsOnError",
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "readOnlyRootFilesystem": True,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
+                            "securityContext": container_security_context(),
                         }
                     ],
                     "volumes": volumes,

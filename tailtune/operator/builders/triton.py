@@ -13,11 +13,13 @@ from tailtune.operator.builders.common import (
     METRICS_PORT,
     Manifest,
     configmap_name,
+    container_security_context,
     deployment_name,
     gpu_tolerations,
     labels,
     metadata,
     node_selector,
+    pod_security_context,
     selector,
     service_name,
 )
@@ -100,12 +102,7 @@ def build_deployment(isvc: InferenceService, *, cache_key: str, replicas: int, c
     pod_spec: dict[str, Any] = {
         "nodeSelector": node_selector(isvc),
         "tolerations": gpu_tolerations(isvc),
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": 1000,
-            "fsGroup": 1000,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security_context(),
         "initContainers": [
             {
                 "name": "model-repository",
@@ -115,7 +112,7 @@ def build_deployment(isvc: InferenceService, *, cache_key: str, replicas: int, c
                     {"name": "models", "mountPath": "/models"},
                     {"name": "config", "mountPath": "/config", "readOnly": True},
                 ],
-                "securityContext": _container_security(),
+                "securityContext": container_security_context(),
             }
         ],
         "containers": [
@@ -138,7 +135,7 @@ def build_deployment(isvc: InferenceService, *, cache_key: str, replicas: int, c
                     {"name": "tmp", "mountPath": "/tmp"},
                     {"name": "dshm", "mountPath": "/dev/shm"},
                 ],
-                "securityContext": _container_security(),
+                "securityContext": container_security_context(),
             }
         ],
         "volumes": [
@@ -164,14 +161,6 @@ def build_deployment(isvc: InferenceService, *, cache_key: str, replicas: int, c
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod_spec},
         },
-    }
-
-
-def _container_security() -> dict[str, Any]:
-    return {
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
     }
 
 
