@@ -77,6 +77,23 @@ def predict_ms(points: Sequence[CurvePoint], batch: float) -> float | None:
     return ys[-1]
 
 
+def predict_trend_ms(points: Sequence[CurvePoint], batch: float) -> float | None:
+    """Execution time with the last measured slope carried past the data (the pessimistic model within them).
+
+    Less pessimistic than `predict_ms` where time still grows slower than the batch; a bet on the trend
+    that the law takes only under pressure and only a bounded way past what it has run.
+    """
+    base = predict_ms(points, batch)
+    if base is None or len(points) < 2 or batch <= points[-1].batch:
+        return base
+    xs = [p.batch for p in points]
+    ys: list[float] = []
+    for p in points:
+        ys.append(max(p.ms, ys[-1]) if ys else p.ms)
+    slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+    return min(base, ys[-1] + slope * (batch - xs[-1]))
+
+
 def largest_exact_batch(points: Sequence[CurvePoint]) -> float:
     """Largest batch with an exact point (0 without one)."""
     return max((p.batch for p in points if p.exact), default=0.0)

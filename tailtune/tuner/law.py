@@ -8,16 +8,20 @@ in flight plus its own, 2 t(b), until the batches hit max_batch and a queue buil
 - the capacity of a replica is b / t(b) at b = max_batch; on a superlinear curve t(b)/b has a minimum b*
   and batches past it are slower *and* serve less, so max_batch stays at b* once exact data show it;
 - max_batch grows only when throughput is short (a backlog, or full batches on a busy device), up to the
-  latency cap, or to double when backlogged at full batches; it is cut only on evidence (data show it too
-  slow or clearly less efficient) or when far past anything measured;
+  latency cap, or in one step to where the measured slope carried on keeps the aim (at most double), or to
+  double when backlogged at full batches; it is cut only on evidence (data show it too slow or clearly
+  less efficient) or when far past anything measured;
 - when the best batch still leaves a backlog, batching cannot help: replicas, sized from the demand
-  (completions plus the queue's growth); back in, one at a time, when comfortably under;
+  (completions plus the queue's growth) plus draining the backlog; back in, one at a time, when
+  comfortably under;
 - the queue delay helps only when several instances would grab half-empty batches and load is high enough
   to fill them; with one instance a free instance takes what is queued, so the delay stays at its minimum.
 
 t(b) is learned from the windows themselves (`tailtune.tuner.curve`), pessimistic past the data. Missing
-data, repeated and stale windows, noise (K bad windows), hysteresis (a band between the aim and the comfort
-line) and reload cost (cooldown, step limits) are the gates in `decide`, in that order.
+data, repeated and stale windows, noise (K bad windows; one is enough when it shows overload: over the SLO,
+the device full and requests queued past the batch in flight), hysteresis (a band between the aim and the
+comfort line), a draining backlog (waited for) and reload cost (cooldown, step limits) are the gates in
+`decide`, in that order.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from tailtune.api.v1alpha1 import Batching
-from tailtune.tuner.curve import add_point, largest_exact_batch, predict_ms
+from tailtune.tuner.curve import add_point, largest_exact_batch, predict_ms, predict_trend_ms
 from tailtune.tuner.types import CurvePoint, Decision, Observation, Policy, TunerState
 
 # Reason codes (CamelCase, for Events and conditions).
@@ -46,6 +50,7 @@ BATCHING_TIGHTENED = "BatchingTightened"
 BATCHING_WIDENED = "BatchingWidened"
 SCALED_OUT = "ScaledOut"
 SCALED_IN = "ScaledIn"
+BACKLOG_DRAINING = "BacklogDraining"
 
 # Completed requests understate demand while the queue grows: without a measured growth, assume this much.
 SATURATED_DEMAND_FACTOR = 1.25
@@ -54,6 +59,8 @@ GROWTH_SHARE = 0.05
 # A queue time above this share of the SLO, or above this many batch times, means a backlog.
 BACKLOG_SHARE_OF_SLO = 0.5
 BACKLOG_BATCHES = 3.0
+# A backlog is sized to drain within this many intervals.
+DRAIN_INTERVALS = 2
 # Batches this full of max_batch mean the cap binds.
 FULL_BATCH_SHARE = 0.85
 # Windows teach the curve at a load steady within this share; their point is exact with a mean batch at
@@ -66,6 +73,8 @@ CUT_SHARE = 0.85
 # The pessimistic model assumes no batching gain past the data; max_batch may go this many times past its
 # latency cap before the law cuts without evidence.
 UNMEASURED_SLACK = 2
+# Under pressure max_batch may grow to this many times its value on the curve's trend alone.
+TREND_REACH = 2
 # Per-request cost within this share of the best counts as the best (prefer the smaller batch).
 EFFICIENCY_TOLERANCE = 1.02
 
@@ -75,8 +84,9 @@ class Target:
     """What the curve model says for a load.
 
     `latency_cap` is the largest batch that keeps the aim by the pessimistic model (the bound for trying
-    larger batches); `seen_cap` the largest that data within their range allow (batch_max when no data
-    speak against any size: only evidence cuts); `efficient` the cheapest batch per request where exact
+    larger batches); `trend_cap` the same with the last measured slope carried past the data; `seen_cap`
+    the largest that data within their range allow (batch_max when no data speak against any size: only
+    evidence cuts); `efficient` the cheapest batch per request where exact
     data show the cost rising past it, else None. `max_batch` is the recommendation: `efficient`, or
     the latency cap.
     """
@@ -86,6 +96,7 @@ class Target:
     replicas: int
     latency_cap: int
     seen_cap: int
+    trend_cap: int
     efficient: int | None
     capacity_rps: float
     exec_ms: float
@@ -103,6 +114,12 @@ class _Reading:
     over: bool
     comfortable: bool
     batches_full: bool
+    # Over the SLO with the device the bottleneck: one window is enough to act.
+    overloaded: bool
+    # The pending count shrinks: the latency still shows a past backlog, not the config.
+    draining: bool
+    # Requests pending (estimated), to be drained on top of the demand.
+    backlog: float
 
 
 def compute_target(points: tuple[CurvePoint, ...], demand_rps: float, policy: Policy) -> Target | None:
@@ -118,6 +135,11 @@ def compute_target(points: tuple[CurvePoint, ...], demand_rps: float, policy: Po
         return 2 * exec_ms[b] + _delay_us(b, exec_ms[b], demand_rps, policy) / 1000 <= policy.aim_ms
 
     latency_cap = max((b for b in sizes if keeps_aim(b)), default=policy.batch_min)
+    # With the measured slope carried on (a bet, bounded by the caller).
+    trend_cap = max(
+        (b for b in sizes if 2 * (predict_trend_ms(points, b) or math.inf) <= policy.aim_ms),
+        default=policy.batch_min,
+    )
     too_slow = [b for b in sizes if b <= seen and not keeps_aim(b)]
     seen_cap = max(policy.batch_min, min(too_slow) - 1) if too_slow else policy.batch_max
     per_request = {b: exec_ms[b] / b for b in sizes if b <= latency_cap}
@@ -135,6 +157,7 @@ def compute_target(points: tuple[CurvePoint, ...], demand_rps: float, policy: Po
         replicas=replicas,
         latency_cap=latency_cap,
         seen_cap=seen_cap,
+        trend_cap=max(latency_cap, trend_cap),
         efficient=efficient,
         capacity_rps=capacity,
         exec_ms=exec_ms[max_batch],
@@ -213,7 +236,8 @@ def decide(state: TunerState, observation: Observation, policy: Policy, now: dat
         ", queue backing up" if r.saturated else ""
     )
     mode: Literal["relieve", "relax"]
-    if st.bad_windows >= policy.bad_windows:
+    if st.bad_windows >= policy.bad_windows or r.overloaded:
+        # Overload is no noise: each window waited makes the backlog to drain larger.
         mode = "relieve"
     elif st.good_windows >= policy.good_windows:
         mode = "relax"
@@ -224,6 +248,9 @@ def decide(state: TunerState, observation: Observation, policy: Policy, now: dat
     else:
         return _hold(st, WITHIN_BAND, f"{seen}: within the band", slo_met=slo_met)
 
+    if mode == "relieve" and r.draining:
+        # Capacity already exceeds the demand: a change now would chase the past backlog.
+        return _hold(st, BACKLOG_DRAINING, f"{seen}: the backlog drains; waiting for it", slo_met=slo_met)
     if st.last_change is not None and now - st.last_change < timedelta(seconds=policy.cooldown_seconds):
         left = policy.cooldown_seconds - (now - st.last_change).total_seconds()
         return _hold(st, COOLDOWN, f"{seen}: cooling down, {left:.0f} s left", slo_met=slo_met)
@@ -270,12 +297,15 @@ def _learn(st: TunerState, obs: Observation, policy: Policy) -> TunerState:
         return st
     if st.last_change is not None and obs.window_start < st.last_change:
         return st
+    full = b >= FULL_BATCH_LEARN_SHARE * st.batching.max_batch_size
     demand = _demand(obs)
-    if st.last_rate is not None and abs(demand - st.last_rate) > STEADY_RATE_SHARE * max(
-        demand, st.last_rate
+    # Full batches are one size whatever the load did; only partial ones mix sizes when the load moves.
+    if (
+        not full
+        and st.last_rate is not None
+        and abs(demand - st.last_rate) > STEADY_RATE_SHARE * max(demand, st.last_rate)
     ):
         return st
-    full = b >= FULL_BATCH_LEARN_SHARE * st.batching.max_batch_size
     if not full and _backlogged(obs, st, policy):
         # A queue building up behind half-full batches is a regime change inside the window.
         return st
@@ -319,6 +349,16 @@ def _read(obs: Observation, p_ms: float, rate: float, st: TunerState, policy: Po
     batches_full = (
         obs.avg_batch is not None and obs.avg_batch >= FULL_BATCH_SHARE * st.batching.max_batch_size
     )
+    growing = growth is not None and growth > GROWTH_SHARE * rate
+    waiting_ms = (obs.queue_ms or 0.0) - st.batching.max_queue_delay_microseconds / 1000
+    # Requests wait past the batch in flight, or pile up, while batches fill or the device is near full.
+    device_full = batches_full or (util or 0.0) >= policy.util_high
+    queued = growing or (obs.compute_ms is not None and waiting_ms >= obs.compute_ms)
+    # Pending now: what the window added, or what Little's law says waits on average.
+    backlog = max(max(0.0, growth or 0.0) * obs.span_seconds, rate * max(0.0, waiting_ms) / 1000)
+    # The queue shrinks fast enough to be gone within a few intervals.
+    drain_s = 2 * DRAIN_INTERVALS * policy.interval_seconds
+    draining = growth is not None and growth < -GROWTH_SHARE * rate and backlog <= -growth * drain_s
     return _Reading(
         p_ms=p_ms,
         demand_rps=demand,
@@ -328,6 +368,9 @@ def _read(obs: Observation, p_ms: float, rate: float, st: TunerState, policy: Po
         over=p_ms > policy.aim_ms,
         comfortable=p_ms < policy.comfort_ms and not saturated,
         batches_full=batches_full,
+        overloaded=p_ms > policy.slo_ms and device_full and queued and not draining,
+        draining=draining,
+        backlog=backlog if saturated else 0.0,
     )
 
 
@@ -351,12 +394,17 @@ def _relieve(st: TunerState, r: _Reading, target: Target | None, policy: Policy)
         why += "; batches are full and the queue backs up: larger ones"
     delay = _step(cur.max_queue_delay_microseconds, target.delay_us, policy.max_delay_step_us)
     capacity = _capacity(st.curve, max_batch)
-    needed = math.ceil(r.demand_rps / (policy.util_target * capacity)) if capacity > 0 else replicas
+    # The backlog must drain within a couple of intervals, on top of the demand.
+    drain_rps = r.backlog / (DRAIN_INTERVALS * policy.interval_seconds)
+    load = r.demand_rps + drain_rps
+    needed = math.ceil(load / (policy.util_target * capacity)) if capacity > 0 else replicas
     if replicas < policy.replicas_max:
         if r.saturated or needed > replicas:
             # Larger batches are a bet past the data: the model only credits capacity it has seen.
             replicas = min(policy.replicas_max, max(replicas + 1, needed))
-            why += f"; {capacity:.0f} req/s per replica at batch {max_batch}: {replicas} replicas"
+            why += f"; {capacity:.0f} req/s per replica at batch {max_batch}"
+            why += f" for {load:.0f} req/s with the backlog" if drain_rps else ""
+            why += f": {replicas} replicas"
         elif max_batch == cur.max_batch_size and delay == cur.max_queue_delay_microseconds:
             replicas += 1
             why += "; latency unexplained by batching: one more replica"
@@ -412,14 +460,20 @@ def _cut_to(max_batch: int, target: Target) -> int | None:
 def _grow_to(max_batch: int, target: Target, r: _Reading, policy: Policy) -> int | None:
     """Where to widen max_batch when throughput is short; None when data say larger is no better."""
     busy = (r.util or 0.0) >= policy.util_target
-    if not (r.saturated or (busy and (r.batches_full or r.over))):
+    if not (r.saturated or r.overloaded or (busy and (r.batches_full or r.over))):
         return None
     if target.efficient is not None and target.efficient <= max_batch:
         return None
+    # Where time still grows slower than the batch, go straight to where the trend keeps the aim, at most
+    # double: one reload instead of several small steps while the SLO is missed.
     goal = target.latency_cap
-    if r.saturated and r.batches_full:
+    trend = min(target.trend_cap, TREND_REACH * max_batch)
+    if CUT_SHARE * trend > max_batch:
+        # A bet is worth a reload only when it moves max_batch by a good share.
+        goal = max(goal, trend)
+    if r.saturated and (r.batches_full or r.overloaded):
         # Backlogged at full batches: the pessimistic model is already wrong about latency; try double.
-        goal = max(goal, 2 * max_batch)
+        goal = max(goal, TREND_REACH * max_batch)
     goal = min(goal, target.seen_cap, policy.batch_max)
     return goal if goal > max_batch else None
 

@@ -176,7 +176,10 @@ def test_full_batches_and_backlog_widen_within_the_data() -> None:
     # Seen up to 8, where time still grows slower than the batch: larger batches are worth a try.
     st = state(max_batch=8, curve=curve([(1, 4.0), (4, 4.9), (8, 6.3)]))
     full = {"p": 60.0, "queue_ms": 30.0, "compute_ms": 6.3, "avg_batch": 8.0, "rate": 1250.0}
-    d = run(st, [obs(100, **full), obs(130, **full)], policy(max_batch_step=8))[-1]
+    # Over the SLO at full batches with requests queued past the batch in flight: one window is enough.
+    first, then = run(st, [obs(100, **full), obs(130, **full)], policy(max_batch_step=8))
+    assert then.reason_code == law.STALE_WINDOW
+    d = first
     assert d.reason_code == law.BATCHING_WIDENED
     assert d.batching.max_batch_size == 16
     assert d.replicas == 1
@@ -207,7 +210,9 @@ def test_batching_cannot_help_scales_out_within_bounds() -> None:
     best = compute_target(add_point(curve(LP), 7.0, 7.02), 1900.0, policy())
     assert best is not None
     st = state(max_batch=best.max_batch, curve=curve(LP))
-    d = run(st, [obs(100, **sat), obs(130, **sat)], policy(replicas_max=3))[-1]
+    # A growing queue over the SLO on a busy device is overload: the first window scales out.
+    d, then = run(st, [obs(100, **sat), obs(130, **sat)], policy(replicas_max=3))
+    assert then.reason_code == law.STALE_WINDOW
     assert d.reason_code == law.SCALED_OUT
     assert d.replicas == 3  # 1900 req/s demand, ~1000 req/s per replica at the best batch, 85% target
     assert d.batching.max_batch_size == best.max_batch
@@ -358,3 +363,33 @@ def test_full_batches_on_a_busy_device_count_as_pressure() -> None:
     d = run(st, [obs(100, **busy), obs(130, **busy)], policy(slo_ms=30.0))
     assert [x.reason_code for x in d] == [law.CONFIRMING, law.BATCHING_WIDENED]
     assert d[-1].batching.max_batch_size > 8
+
+
+def test_one_window_over_the_slo_without_overload_is_noise() -> None:
+    # Far over the SLO, but half-empty batches on a lightly used device and no queue: wait for a second.
+    noisy = {"p": 80.0, "rate": 400.0, "avg_batch": 2.0, "compute_ms": 3.0, "queue_ms": 1.0}
+    d = run(state(max_batch=8, curve=curve(LP)), [obs(100, **noisy)], policy())
+    assert [x.reason_code for x in d] == [law.CONFIRMING]
+
+
+def test_a_draining_backlog_is_waited_for() -> None:
+    # The queue shrinks by 300 req/s and will be gone within the drain horizon: no change chases it.
+    drain = {"p": 500.0, "rate": 2000.0, "avg_batch": 3.0, "compute_ms": 5.0, "queue_ms": 3000.0}
+    st = state(max_batch=16, replicas=3, curve=curve(LP))
+    d = run(st, [obs(100 + 30 * i, **drain, queue_growth_rps=-300.0, ready_replicas=3) for i in range(3)], policy())
+    assert [x.reason_code for x in d] == [law.CONFIRMING, law.BACKLOG_DRAINING, law.BACKLOG_DRAINING]
+    assert not any(x.changed for x in d)
+
+
+def test_pressure_widens_along_the_measured_trend_at_most_double() -> None:
+    # Mixed windows seen up to 4.3 where time grows far slower than the batch: one step to double.
+    pts = curve([(2.4, 4.68), (4.3, 5.6)], exact=False)
+    busy = {"p": 26.0, "rate": 820.0, "avg_batch": 4.3, "compute_ms": 5.6, "queue_ms": 4.8}
+    d = run(state(max_batch=8, curve=pts), [obs(100, **busy), obs(130, **busy)], policy(slo_ms=30.0))[-1]
+    assert d.reason_code == law.BATCHING_WIDENED
+    assert d.batching.max_batch_size == 16
+    # A trend that allows only one more is not worth a reload.
+    steep = curve([(1.4, 2.94), (3.9, 5.73)], exact=False)
+    near = {"p": 26.4, "rate": 861.0, "avg_batch": 4.0, "compute_ms": 5.7, "queue_ms": 3.6}
+    d = run(state(max_batch=8, curve=steep), [obs(100, **near), obs(130, **near)], policy(slo_ms=30.0))[-1]
+    assert not d.changed
