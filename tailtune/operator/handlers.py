@@ -161,12 +161,14 @@ async def tuner_tick(state: State, namespace: str, name: str) -> float:
             return RESYNC_SECONDS
         now = datetime.now(UTC)
         decision = await tune_step(isvc, state.cluster, reader, now)
-        if decision is not None and decision.changed:
+        changed = decision is not None and decision.changed
+        if decision is not None and changed:
             log.info("%s/%s tuner: %s", namespace, name, decision.reason)
-        # SLOMet is status, which reconcile writes: reconcile now only when the new latency moves it.
+        # Reconcile now when the tuner changed the config (ConfigMap, replicas: kopf does not react to our own
+        # annotations) or when the new latency moves SLOMet (status, which reconcile writes).
         fresh = await state.cluster.read_isvc(namespace, name)
         fresh_isvc = parse_isvc(fresh) if fresh else None
-        if fresh and fresh_isvc and slo_condition_moved(fresh_isvc, fresh_isvc.status.latency.observed_ms):
+        if fresh and fresh_isvc and (changed or slo_condition_moved(fresh_isvc, fresh_isvc.status.latency.observed_ms)):
             record_outcome(namespace, name, await reconcile(fresh, state.cluster, now))
     return float(isvc.spec.tuning.interval_seconds)
 

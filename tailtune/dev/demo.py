@@ -1,0 +1,668 @@
+"""`tailtune demo`: the whole loop on one machine, every part real except the GPU.
+
+    python -m tailtune.dev.demo [--quick | --duration S] [--low-rps R] [--high-rps R] [--out DIR]
+
+Brings up the local control plane (hack/cluster/cluster.py), installs the CRD, an engine-store PV/PVC,
+starts the process runtime (tailtune.dev.runtime: real tritonserver per pod, EMULATED accelerator), a real
+Prometheus, and the operator; applies examples/demo.yaml (the model file is served from 127.0.0.1); waits
+for the first Ready pod; sends open-loop Poisson load that steps from --low-rps to --high-rps; shows a live
+table; writes report.png, summary.json/.md and timeline.json under --out (default out/demo/); tears
+everything down on exit or Ctrl-C. Exit 0 when the client-side P99 is under the SLO after the step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import yaml
+from kubernetes import client, config
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from tailtune.dev.load import Buckets, LoadGenerator, Phase, infer_body, rate_at
+from tailtune.dev.procs import Process, kill_recorded, recorded_alive
+from tailtune.dev.prometheus import PodDiscovery, render_config, scalar, start_prometheus
+from tailtune.dev.report import Decision, Summary, Tick, summarize, write_report
+from tailtune.dev.runtime import UPSTREAM_HTTP_PORT
+from tailtune.operator.spec_checks import APPLIED_ANNOTATION
+from tailtune.operator.tuning import STATE_ANNOTATION
+from tailtune.triton.onnx_models import build_mlp
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "demo.yaml"
+CLUSTER_PY = REPO / "hack" / "cluster" / "cluster.py"
+MODEL_PATH = "/models/mlp-16x64x16.onnx"
+TRITON_COMPONENT = "app.kubernetes.io/component=triton"
+READY_TIMEOUT_S = 240.0
+
+
+class DemoError(RuntimeError):
+    """The demo cannot go on; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The load: `low_rps` until `step_at_s`, then `high_rps` until `duration_s`."""
+
+    low_rps: float
+    high_rps: float
+    step_at_s: float
+    duration_s: float
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Plan:
+        duration = args.duration or (120.0 if args.quick else 240.0)
+        step = max(20.0, round(duration / 4))
+        if duration < step + 45:
+            raise DemoError(f"--duration {duration:g} s is too short: the step comes at {step:g} s")
+        return cls(args.low_rps, args.high_rps, step, duration)
+
+
+def log(console: Console, message: str) -> None:
+    console.print(f"[bold cyan]demo[/] {message}", highlight=False)
+
+
+def free_port(preferred: int) -> int:
+    """`preferred` when it is free on 127.0.0.1, else any free port."""
+    for port in (preferred, 0):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise DemoError("no free port on 127.0.0.1")
+
+
+# -------------------------------------------------------------------------------------------- manifests
+
+
+def engine_store_manifests(namespace: str, claim: str, host_dir: Path) -> list[dict[str, Any]]:
+    """A hostPath PV bound to the engine-store claim (the runtime maps it to `host_dir`). Pure."""
+    pv_name = f"{namespace}-{claim}"
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": pv_name},
+            "spec": {
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "hostPath": {"path": str(host_dir)},
+                "claimRef": {"namespace": namespace, "name": claim},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": namespace},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "volumeName": pv_name,
+                "resources": {"requests": {"storage": "10Gi"}},
+            },
+        },
+    ]
+
+
+def demo_service(example: dict[str, Any], model_url: str, sha256: str, prometheus_url: str) -> dict[str, Any]:
+    """examples/demo.yaml with the model URI, its digest and the Prometheus URL this run uses. Pure."""
+    doc: dict[str, Any] = json.loads(json.dumps(example))
+    doc["spec"]["model"]["uri"] = model_url
+    doc["spec"]["model"]["sha256"] = sha256
+    doc["spec"].setdefault("metrics", {})["prometheusUrl"] = prometheus_url
+    return doc
+
+
+# ------------------------------------------------------------------------------------------- services
+
+
+class ModelServer:
+    """Serves one file over HTTP on 127.0.0.1 (the model URI of the InferenceService)."""
+
+    def __init__(self, path: str, data: bytes, port: int) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                found = self.path == path
+                body = data if found else b"not found\n"
+                self.send_response(200 if found else 404)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+        self.thread = threading.Thread(target=self.server.serve_forever, name="model-server", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@dataclass
+class Cluster:
+    """The running local cluster: kubeconfig, binaries, API clients."""
+
+    kubeconfig: Path
+    bin_dir: Path
+    api: client.ApiClient = field(repr=False)
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        result = subprocess.run(
+            [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            input=stdin, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise DemoError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
+        return result.stdout
+
+    def apply(self, *docs: dict[str, Any]) -> None:
+        self.kubectl("apply", "-f", "-", stdin="\n---\n".join(json.dumps(d) for d in docs))
+
+    def raw(self, path: str) -> dict[str, Any] | None:
+        """GET an API path as JSON; None on 404."""
+        method, url, headers, _, _ = self.api.param_serialize(
+            method="GET", resource_path=path, auth_settings=["BearerToken"]
+        )
+        response = self.api.call_api(method, url, header_params=headers, _request_timeout=10)
+        response.read()
+        if response.status == 404:
+            return None
+        if not 200 <= response.status < 300:
+            raise DemoError(f"GET {path}: HTTP {response.status}")
+        doc: dict[str, Any] = json.loads(response.data)
+        return doc
+
+
+# ---------------------------------------------------------------------------------------------- the demo
+
+
+class Demo:
+    """One run; `run()` returns the exit code. Every start registers its stop on `self.stack`."""
+
+    def __init__(self, args: argparse.Namespace, console: Console) -> None:
+        self.args = args
+        self.console = console
+        self.plan = Plan.from_args(args)
+        self.t0 = time.monotonic()
+        self.work: Path = args.workdir.resolve()
+        self.out: Path = args.out.resolve()
+        self.pid_dir = self.work / "pids"
+        self.runtime_pids = self.work / "runtime" / "pids"
+        self.timings: dict[str, float] = {}
+        self.stack = contextlib.ExitStack()
+        self.example: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+        self.namespace: str = self.example["metadata"].get("namespace", "default")
+        self.name: str = self.example["metadata"]["name"]
+        self.model: str = self.example["spec"]["model"].get("name") or self.name
+        self.slo_ms = float(self.example["spec"]["slo"]["latencyMs"])
+        self.cluster: Cluster | None = None
+        self.prometheus_url = ""
+        self.targets: list[str] = []
+        self.first_ready_s: float | None = None
+        self.procs: list[Process] = []
+
+    # ---- steps ---------------------------------------------------------------------------------------
+    def mark(self, what: str) -> None:
+        self.timings[what] = time.monotonic() - self.t0
+        log(self.console, f"{what} at +{self.timings[what]:.1f} s")
+
+    def prepare_workdir(self) -> None:
+        for pid_dir in (self.pid_dir, self.runtime_pids):
+            stale = kill_recorded(pid_dir)
+            if stale:
+                log(self.console, f"ended {len(stale)} processes left by an earlier run: {stale}")
+        for sub in ("runtime", "prometheus", "engines", "logs"):
+            shutil.rmtree(self.work / sub, ignore_errors=True)
+        for sub in ("pids", "logs", "engines"):
+            (self.work / sub).mkdir(parents=True, exist_ok=True)
+
+    def cluster_env(self) -> dict[str, str]:
+        return {**os.environ, "TAILTUNE_CLUSTER_DIR": str(self.work / "cluster")}
+
+    def up_cluster(self) -> Cluster:
+        self.stack.callback(self.down_cluster)  # also after a half-finished `up`
+        with (self.work / "logs" / "cluster.log").open("ab") as out:
+            result = subprocess.run(
+                [sys.executable, str(CLUSTER_PY), "up"], env=self.cluster_env(), stdout=out, stderr=out, check=False
+            )
+        if result.returncode != 0:
+            raise DemoError(f"hack/cluster/cluster.py up failed; see {self.work / 'logs' / 'cluster.log'}")
+        state = json.loads((self.work / "cluster" / "cluster.json").read_text())
+        kubeconfig = Path(state["kubeconfig"])
+        cluster = Cluster(
+            kubeconfig, Path(state["bin_dir"]), config.new_client_from_config(config_file=str(kubeconfig))
+        )
+        self.mark("cluster up")
+        return cluster
+
+    def down_cluster(self) -> None:
+        with (self.work / "logs" / "cluster.log").open("ab") as out:
+            subprocess.run(
+                [sys.executable, str(CLUSTER_PY), "down"], env=self.cluster_env(), stdout=out, stderr=out, check=False
+            )
+
+    def install(self, cluster: Cluster) -> None:
+        crds = sorted((REPO / "crds").glob("*.yaml"))
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", *(f"--filename={f}" for f in crds))
+
+        def established() -> bool:
+            crds = cluster.raw("/apis/apiextensions.k8s.io/v1/customresourcedefinitions") or {}
+            return bool(crds.get("items")) and all(
+                (_condition(crd.get("status") or {}, "Established") or {}).get("status") == "True"
+                for crd in crds["items"]
+            )
+
+        self.wait("the CRDs Established", 60, established)
+        claim = self.example["spec"].get("engine", {}).get("store", {}).get("pvc", "tailtune-engines")
+        cluster.apply(*engine_store_manifests(self.namespace, claim, self.work / "engines"))
+        self.wait("the namespace's default ServiceAccount", 60, lambda: cluster.raw(
+            f"/api/v1/namespaces/{self.namespace}/serviceaccounts/default") is not None)  # fmt: skip
+        self.mark("CRD, namespace and engine store installed")
+
+    def start(self, name: str, argv: list[str], env: dict[str, str]) -> Process:
+        proc = Process.start(
+            argv, log_path=self.work / "logs" / f"{name}.log", env=env, cwd=REPO, pid_dir=self.pid_dir, name=name
+        )
+        self.procs.append(proc)
+        self.stack.callback(self.stop_process, proc)
+        return proc
+
+    def stop_process(self, proc: Process) -> None:
+        code = proc.stop(grace_s=20.0)
+        log(self.console, f"stopped {proc.name} (exit {code})")
+
+    def start_components(self, cluster: Cluster) -> None:
+        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PYTHONUNBUFFERED": "1"}
+        # The model file, served from 127.0.0.1 as the model URI.
+        data = build_mlp(16, 64, 16, 0)
+        self.model_server = ModelServer(MODEL_PATH, data, free_port(18080))
+        self.stack.callback(self.model_server.stop)
+        self.sha256 = hashlib.sha256(data).hexdigest()
+        # The runtime: our nodes, real processes.
+        runtime_argv = [
+            sys.executable, "-m", "tailtune.dev.runtime", "--kubeconfig", str(cluster.kubeconfig),
+            "--workdir", str(self.work / "runtime"),
+        ]  # fmt: skip
+        runtime = self.start("runtime", runtime_argv, env)
+        # Prometheus, discovering pods through the API server.
+        core = client.CoreV1Api(cluster.api)
+
+        def list_pods() -> list[dict[str, Any]]:
+            response = core.list_namespaced_pod(self.namespace, _preload_content=False, _request_timeout=5)
+            items: list[dict[str, Any]] = json.loads(response.data)["items"]
+            return items
+
+        discovery = PodDiscovery(list_pods)
+        discovery.start()
+        self.stack.callback(discovery.stop)
+        port = free_port(19090)
+        prom = start_prometheus(render_config(discovery.url), self.work / "prometheus", port, self.pid_dir)
+        self.procs.append(prom)
+        self.stack.callback(self.stop_process, prom)
+        self.prometheus_url = f"http://127.0.0.1:{port}"
+        # The operator.
+        operator = shlex.split(self.args.operator_command) if self.args.operator_command else [
+            sys.executable, "-m", "tailtune.dev.operator", "--namespace", self.namespace,
+        ]  # fmt: skip
+        self.start("operator", operator, env)
+        self.wait("the runtime's nodes Ready", 60, lambda: self.nodes_ready(cluster, runtime))
+        self.mark("runtime, Prometheus and operator started")
+
+    def nodes_ready(self, cluster: Cluster, runtime: Process) -> bool:
+        if runtime.poll() is not None:
+            raise DemoError(f"the runtime exited:\n{self.tail('runtime')}")
+        nodes = cluster.raw("/api/v1/nodes?labelSelector=dev.tailtune.io/local-runtime%3Dtrue") or {}
+        items = nodes.get("items", [])
+        return bool(items) and all(
+            any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
+            and not n["spec"].get("taints")
+            for n in items
+        )
+
+    def tail(self, name: str, lines: int = 30) -> str:
+        try:
+            text = (self.work / "logs" / f"{name}.log").read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def wait(self, what: str, timeout_s: float, check: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not check():
+            for proc in self.procs:
+                if proc.poll() is not None:
+                    raise DemoError(
+                        f"{proc.name} exited with {proc.poll()} while waiting for {what}:\n{self.tail(proc.name)}"
+                    )
+            if time.monotonic() > deadline:
+                raise DemoError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+            time.sleep(0.5)
+
+    def isvc(self, cluster: Cluster) -> dict[str, Any]:
+        path = f"/apis/tailtune.io/v1alpha1/namespaces/{self.namespace}/inferenceservices/{self.name}"
+        return cluster.raw(path) or {}
+
+    def ready_pod_ips(self, cluster: Cluster) -> list[str]:
+        pods = cluster.raw(f"/api/v1/namespaces/{self.namespace}/pods?labelSelector={TRITON_COMPONENT}") or {}
+        ips = []
+        for pod in pods.get("items", []):
+            status = pod.get("status", {})
+            ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
+            if ready and status.get("podIP") and not pod["metadata"].get("deletionTimestamp"):
+                ips.append(status["podIP"])
+        return sorted(ips)
+
+    def apply_example(self, cluster: Cluster) -> None:
+        doc = demo_service(self.example, self.model_server.url, self.sha256, self.prometheus_url)
+        cluster.apply(doc)
+        self.mark(f"applied {EXAMPLE.relative_to(REPO)} ({self.namespace}/{self.name})")
+
+        def first_ready() -> bool:
+            status = self.isvc(cluster).get("status", {})
+            engine = _condition(status, "EngineReady")
+            if engine and engine["status"] == "True" and "engine built" not in self.timings:
+                self.mark("engine built")
+            if engine and engine.get("reason") == "EngineBuildFailed":
+                raise DemoError(f"engine build failed: {engine.get('message')}")
+            return bool(self.ready_pod_ips(cluster))
+
+        self.wait("the first Ready Triton pod", READY_TIMEOUT_S, first_ready)
+        self.mark("first Ready pod")
+        self.first_ready_s = self.timings["first Ready pod"]
+
+    # ---- load and live view ------------------------------------------------------------------------
+    def drive(self, cluster: Cluster) -> tuple[list[Tick], list[Decision], LoadGenerator]:
+        plan = self.plan
+        spec_input = self.example["spec"]["model"]["inputs"][0]
+        load = LoadGenerator(
+            [Phase(0, plan.low_rps), Phase(plan.step_at_s, plan.high_rps)],
+            plan.duration_s,
+            lambda: self.targets,
+            self.model,
+            infer_body(spec_input["name"], spec_input["dims"]),
+        )
+        ips = self.ready_pod_ips(cluster)
+        self.targets = [f"{ip}:{UPSTREAM_HTTP_PORT}" for ip in ips]
+        buckets = Buckets()
+        ticks: list[Tick] = []
+        decisions: list[Decision] = []
+        log(self.console, f"load: {plan.low_rps:g} req/s, stepping to {plan.high_rps:g} req/s at "
+            f"{plan.step_at_s:g} s, for {plan.duration_s:g} s (SLO P99 {self.slo_ms:g} ms)")  # fmt: skip
+        load.start()
+        self.stack.callback(load.stop)
+        wall_start = time.time()
+        last_change = self.last_change(self.isvc(cluster))
+        prom_p99: float | None = None
+        prom_rps: float | None = None
+        live = Live(console=self.console, refresh_per_second=2, transient=False) if self.console.is_terminal else None
+        with live if live is not None else contextlib.nullcontext():
+            while not load.done():
+                time.sleep(1.0)
+                t = load.elapsed()
+                ips = self.ready_pod_ips(cluster)
+                self.targets = [f"{ip}:{UPSTREAM_HTTP_PORT}" for ip in ips]
+                if int(t) % 2 == 0:
+                    sel = f'namespace="{self.namespace}",model="{self.model}"'
+                    summary_p99 = f'max(nv_inference_request_summary_us{{{sel},quantile="0.99"}}) / 1000'
+                    prom_p99 = scalar(self.prometheus_url, summary_p99)
+                    prom_rps = scalar(self.prometheus_url, f"sum(rate(nv_inference_request_success{{{sel}}}[10s]))")
+                isvc = self.isvc(cluster)
+                tick = self.tick(isvc, ips, t, prom_p99, prom_rps)
+                change = self.last_change(isvc)
+                if change is not None and change != last_change:
+                    last_change = change
+                    at = max(0.0, round(change[0] - wall_start, 1))
+                    decisions.append(Decision(at, change[1], tick.decision))
+                ticks.append(tick)
+                buckets.update(load.samples)
+                now = int(t)
+                client = buckets.stats(max(0, now - 5), now)
+                if live is not None:
+                    live.update(self.table(tick, client.p99_ms, buckets.completed(now - 5, now) / 5, t))
+                elif now % 10 == 0:
+                    self.console.print(
+                        _plain_line(tick, client.p99_ms, buckets.completed(now - 5, now) / 5, self.slo_ms)
+                    )
+        return ticks, decisions, load
+
+    @staticmethod
+    def last_change(isvc: dict[str, Any]) -> tuple[float, str] | None:
+        """(UNIX time, config) of the tuner's last change, from the state it keeps on the object."""
+        raw = (isvc.get("metadata", {}).get("annotations") or {}).get(STATE_ANNOTATION)
+        try:
+            state = json.loads(raw) if raw else {}
+            when = datetime.fromisoformat(state["last_change"].replace("Z", "+00:00")).timestamp()
+            b = state["batching"]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+        batch, delay, replicas = b.get("maxBatchSize"), b.get("maxQueueDelayMicroseconds"), state.get("replicas")
+        return when, f"max batch {batch}, delay {delay} us, {replicas} replicas"
+
+    def live_knobs(self, ips: list[str]) -> tuple[int | None, int | None]:
+        """max_batch_size and the queue delay Triton serves with now (the first ready pod)."""
+        for ip in ips:
+            url = f"http://{ip}:{UPSTREAM_HTTP_PORT}/v2/models/{self.model}/config"
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    cfg = json.loads(response.read())
+            except (urllib.error.URLError, OSError, ValueError):
+                continue
+            delay = cfg.get("dynamic_batching", {}).get("max_queue_delay_microseconds")
+            return cfg.get("max_batch_size"), None if delay is None else int(delay)
+        return None, None
+
+    def tick(
+        self, isvc: dict[str, Any], ips: list[str], t: float, prom_p99: float | None, prom_rps: float | None
+    ) -> Tick:
+        status = isvc.get("status", {})
+        annotations = isvc.get("metadata", {}).get("annotations") or {}
+        try:
+            tuner = json.loads(annotations.get(STATE_ANNOTATION) or "{}").get("last_reason_code", "")
+            applied = json.loads(annotations.get(APPLIED_ANNOTATION) or "{}")
+        except ValueError:
+            tuner, applied = "", {}
+        ready = _condition(status, "Ready") or {}
+        slo = _condition(status, "SLOMet") or {}
+        max_batch, delay = self.live_knobs(ips)
+        return Tick(
+            t=round(t, 2),
+            offered_rps=rate_at([Phase(0, self.plan.low_rps), Phase(self.plan.step_at_s, self.plan.high_rps)], t),
+            phase=f"{ready.get('reason', '?')}; SLOMet={slo.get('status', '?')}",
+            max_batch=max_batch,
+            delay_us=delay,
+            replicas_desired=status.get("replicas", {}).get("desired"),
+            replicas_ready=len(ips),
+            status_p99_ms=status.get("latency", {}).get("observedMs"),
+            prom_p99_ms=prom_p99,
+            prom_rps=prom_rps,
+            tuner=str(tuner or ""),
+            decision=str(applied.get("reason") or ""),
+        )
+
+    def table(self, tick: Tick, client_p99: float | None, client_rps: float, t: float) -> Table:
+        table = Table(title=f"tailtune demo: {self.namespace}/{self.name}, t = {t:.0f} s of {self.plan.duration_s:g} s",
+                      show_header=True, header_style="bold")  # fmt: skip
+        table.add_column("what")
+        table.add_column("value", overflow="fold", max_width=100)
+        ok = client_p99 is not None and client_p99 <= self.slo_ms
+        p99 = "n/a" if client_p99 is None else f"{client_p99:.1f} ms"
+        table.add_row("phase", tick.phase)
+        table.add_row("P99 (client, 5 s) vs SLO", f"[{'green' if ok else 'red'}]{p99}[/] vs {self.slo_ms:g} ms")
+        table.add_row("P99 (Prometheus, Triton 60 s summary)", _ms(tick.prom_p99_ms))
+        table.add_row("P99 in status (tuner's window)", _ms(tick.status_p99_ms))
+        table.add_row("max batch size (live in Triton)", str(tick.max_batch))
+        table.add_row("queue delay (live in Triton)", f"{tick.delay_us} us")
+        table.add_row("replicas (ready/desired)", f"{tick.replicas_ready}/{tick.replicas_desired}")
+        table.add_row("throughput (offered / served / Prometheus)",
+                      f"{tick.offered_rps:g} / {client_rps:.0f} / {_num(tick.prom_rps)} req/s")  # fmt: skip
+        table.add_row("tuner's last verdict", tick.tuner or "-")
+        table.add_row("last change", tick.decision or "-")
+        return table
+
+    # ---- run ---------------------------------------------------------------------------------------
+    def run(self) -> int:
+        summary: Summary | None = None
+        code = 1
+        with self.stack:
+            self.prepare_workdir()
+            cluster = self.cluster = self.up_cluster()
+            self.install(cluster)
+            self.start_components(cluster)
+            self.apply_example(cluster)
+            ticks, decisions, load = self.drive(cluster)
+            samples = load.samples.snapshot()
+            summary = summarize(
+                samples, ticks, decisions,
+                slo_ms=self.slo_ms, step_at=self.plan.step_at_s, low_rps=self.plan.low_rps,
+                high_rps=self.plan.high_rps, end_s=self.plan.duration_s,
+                time_to_first_ready_s=self.first_ready_s, timings_s=self.timings,
+            )  # fmt: skip
+            log(self.console, "tearing down")
+        self.verify_nothing_left()
+        if summary is not None:
+            files = write_report(self.out, summary, ticks, samples)
+            self.print_summary(summary, files)
+            code = 0 if summary.passed else 1
+        return code
+
+    def verify_nothing_left(self) -> None:
+        left = recorded_alive(self.pid_dir) + recorded_alive(self.runtime_pids)
+        if left:
+            log(self.console, f"[red]processes still running after teardown: {left}; ending them[/]")
+            kill_recorded(self.pid_dir)
+            kill_recorded(self.runtime_pids)
+        else:
+            log(self.console, "teardown complete: no process left")
+
+    def print_summary(self, s: Summary, files: list[Path]) -> None:
+        c = self.console
+        c.print()
+        c.print(f"time from command to first Ready pod: {_num(s.time_to_first_ready_s)} s")
+        c.print(f"time to settle after the load step:   {_num(s.settle_s)} s")
+        c.print(f"throughput before tuning: {s.before.throughput_rps:g} req/s at P99 {_ms(s.before.p99_ms)} "
+                f"(initial config, low load)")  # fmt: skip
+        if s.untuned_high is not None:
+            u = s.untuned_high
+            p99 = _ms(u.p99_ms) if u.p99_ms is not None else "unbounded (requests failed)"
+            c.print(f"  initial config at {s.high_rps:g} req/s offered: served {u.throughput_rps:g} req/s at P99 {p99}")
+        c.print(f"throughput after tuning:  {s.after.throughput_rps:g} req/s at P99 {_ms(s.after.p99_ms)} "
+                f"(SLO {s.slo_ms:g} ms; {s.final_config})")  # fmt: skip
+        c.print(f"report: {', '.join(str(f) for f in files)}")
+        c.print(f"[bold {'green' if s.passed else 'red'}]{s.verdict}[/]")
+
+
+def _condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for c in status.get("conditions") or []:
+        if c.get("type") == type_:
+            found: dict[str, Any] = c
+            return found
+    return None
+
+
+def _ms(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1f} ms"
+
+
+def _num(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.0f}"
+
+
+def _plain_line(tick: Tick, client_p99: float | None, client_rps: float, slo_ms: float) -> str:
+    return (
+        f"t={tick.t:5.0f}s offered={tick.offered_rps:g} served={client_rps:.0f} P99(client)={_ms(client_p99)} "
+        f"SLO={slo_ms:g} ms P99(prom)={_ms(tick.prom_p99_ms)} batch={tick.max_batch} delay={tick.delay_us}us "
+        f"replicas={tick.replicas_ready}/{tick.replicas_desired} tuner={tick.tuner} {tick.phase}"
+    )
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP end the demo like Ctrl-C does: through the teardown."""
+
+    def interrupt(signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tailtune demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--quick", action="store_true", help="a shortened run (120 s of load)")
+    p.add_argument("--duration", type=float, help="seconds of load (default 240, --quick 120); the step is at 1/4")
+    p.add_argument("--low-rps", type=float, default=30.0, help="load before the step (req/s)")
+    p.add_argument("--high-rps", type=float, default=100.0, help="load after the step (req/s)")
+    p.add_argument("--out", type=Path, default=REPO / "out" / "demo", help="report folder")
+    p.add_argument("--workdir", type=Path, default=REPO / ".cache" / "demo", help="cluster state, logs, engines")
+    p.add_argument(
+        "--operator-command", help="command that runs the operator (default: `tailtune operator` with INFO logs)"
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo; 0 when its check passed, 1 when not, 130 when interrupted."""
+    args = parser().parse_args(argv)
+    console = Console()
+    try:
+        demo = Demo(args, console)
+    except DemoError as exc:
+        console.print(f"[red]demo: {exc}[/]")
+        return 2
+    try:
+        with _signals_interrupt():
+            return demo.run()
+    except KeyboardInterrupt:
+        console.print("[yellow]demo interrupted; everything was torn down[/]")
+        demo.verify_nothing_left()
+        return 130
+    except DemoError as exc:
+        console.print(f"[red]demo failed: {exc}[/]")
+        console.print(f"logs: {demo.work / 'logs'}")
+        demo.verify_nothing_left()
+        return 1
+    except Exception:
+        console.print_exception()
+        console.print(f"[red]demo failed (a bug); logs: {demo.work / 'logs'}[/]")
+        demo.verify_nothing_left()
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

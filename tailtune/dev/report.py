@@ -1,0 +1,304 @@
+"""The demo's figures and report: summary numbers (pure), a PNG, and JSON + markdown files."""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tailtune.dev.load import WindowStats, window_stats
+
+ROLLING_S = 5.0
+
+
+@dataclass(frozen=True)
+class Tick:
+    """What the demo saw once a second: the knobs live in Triton, the InferenceService, Prometheus, the load."""
+
+    t: float  # seconds since the load started
+    offered_rps: float
+    phase: str = ""
+    max_batch: int | None = None  # live in the ready pods' Triton (the first pod's)
+    delay_us: int | None = None
+    replicas_desired: int | None = None
+    replicas_ready: int | None = None
+    status_p99_ms: float | None = None
+    prom_p99_ms: float | None = None
+    prom_rps: float | None = None
+    tuner: str = ""  # the tuner's last reason code (holds included)
+    decision: str = ""  # the reason of the tuner's last change
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A tuner change: when (load clock), the config it asked for, and the law's reason."""
+
+    t: float
+    config: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Window:
+    """Client-side figures of one stretch of the run."""
+
+    label: str
+    start_s: float
+    end_s: float
+    throughput_rps: float
+    p99_ms: float | None
+    p50_ms: float | None
+    failed: int
+    sent: int
+
+    @classmethod
+    def of(cls, label: str, stats: WindowStats) -> Window:
+        p99 = None if stats.p99_ms is None or math.isinf(stats.p99_ms) else round(stats.p99_ms, 2)
+        p50 = None if stats.p50_ms is None else round(stats.p50_ms, 2)
+        return cls(
+            label, stats.start_s, stats.end_s, round(stats.throughput_rps, 1), p99, p50, stats.failed, stats.sent
+        )
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The demo's numbers and its own check."""
+
+    slo_ms: float
+    step_at_s: float
+    low_rps: float
+    high_rps: float
+    time_to_first_ready_s: float | None
+    settle_s: float | None
+    before: Window
+    untuned_high: Window | None
+    after: Window
+    passed: bool
+    verdict: str
+    timings_s: dict[str, float] = field(default_factory=dict)
+    decisions: list[Decision] = field(default_factory=list)
+    final_config: str = ""
+
+
+def rolling_p99(
+    sent: Sequence[float], latency_ms: Sequence[float], ok: Sequence[bool], end_s: float, step_s: float = 1.0
+) -> list[tuple[float, float | None]]:
+    """(t, P99 of the requests sent in [t - 5 s, t)) every `step_s`; failed requests count as infinite."""
+    order = sorted(range(len(sent)), key=sent.__getitem__)
+    s = [sent[i] for i in order]
+    lat = [latency_ms[i] for i in order]
+    good = [ok[i] for i in order]
+    out = []
+    t = ROLLING_S
+    while t <= end_s + 1e-9:
+        lo, hi = bisect.bisect_left(s, t - ROLLING_S), bisect.bisect_left(s, t)
+        out.append((t, window_stats(s[lo:hi], lat[lo:hi], good[lo:hi], t - ROLLING_S, t).p99_ms))
+        t += step_s
+    return out
+
+
+def settle_time(rolling: Sequence[tuple[float, float | None]], step_at: float, slo_ms: float) -> float | None:
+    """Seconds from the step until the rolling P99 stays under the SLO to the end; None if it never does."""
+    settled_at = None
+    for t, p99 in rolling:
+        if t - ROLLING_S < step_at:
+            continue  # windows that reach before the step say nothing about the step
+        if p99 is None or p99 > slo_ms:
+            settled_at = None
+        elif settled_at is None:
+            settled_at = t - ROLLING_S
+    return None if settled_at is None else max(0.0, settled_at - step_at)
+
+
+def describe_config(tick: Tick) -> str:
+    """`max batch 8, delay 0 us, 2 replicas`."""
+    return f"max batch {tick.max_batch}, delay {tick.delay_us} us, {tick.replicas_desired} replicas"
+
+
+def summarize(
+    samples: tuple[Sequence[float], Sequence[float], Sequence[bool]],
+    ticks: Sequence[Tick],
+    decisions: Sequence[Decision],
+    *,
+    slo_ms: float,
+    step_at: float,
+    low_rps: float,
+    high_rps: float,
+    end_s: float,
+    time_to_first_ready_s: float | None,
+    timings_s: dict[str, float],
+) -> Summary:
+    """The summary of a run. Pure.
+
+    before: the last 20 s of low load (initial config); untuned_high: high load before the tuner's first
+    change after the step; after: the final stretch (the last quarter of the high-load phase, >= 15 s).
+    The check: the final stretch meets the SLO (client-side P99), loses < 1% of requests, and settled.
+    """
+    sent, lat, ok = samples
+    before = Window.of("before: initial config, low load", window_stats(sent, lat, ok, max(0.0, step_at - 20), step_at))
+    first_change = next((d.t for d in decisions if d.t > step_at), None)
+    untuned = None
+    if first_change is None or first_change - step_at >= 3:
+        stop = end_s if first_change is None else first_change
+        untuned = Window.of("initial config, high load", window_stats(sent, lat, ok, step_at, stop))
+    final_len = max(15.0, (end_s - step_at) / 4)
+    after = Window.of("after tuning, high load", window_stats(sent, lat, ok, end_s - final_len, end_s))
+    settle = settle_time(rolling_p99(sent, lat, ok, end_s), step_at, slo_ms)
+    lost = after.failed / after.sent if after.sent else 1.0
+    problems = []
+    if after.p99_ms is None or after.p99_ms > slo_ms:
+        problems.append(f"P99 {after.p99_ms} ms over the SLO {slo_ms:g} ms at the end")
+    if lost >= 0.01:
+        problems.append(f"{lost:.1%} of requests failed at the end")
+    if settle is None:
+        problems.append("never settled under the SLO after the step")
+    passed = not problems
+    verdict = (
+        f"PASS: P99 {after.p99_ms} ms <= SLO {slo_ms:g} ms at {after.throughput_rps} req/s after the step"
+        if passed
+        else "FAIL: " + "; ".join(problems)
+    )
+    return Summary(
+        slo_ms=slo_ms,
+        step_at_s=step_at,
+        low_rps=low_rps,
+        high_rps=high_rps,
+        time_to_first_ready_s=None if time_to_first_ready_s is None else round(time_to_first_ready_s, 1),
+        settle_s=None if settle is None else round(settle, 1),
+        before=before,
+        untuned_high=untuned,
+        after=after,
+        passed=passed,
+        verdict=verdict,
+        timings_s={k: round(v, 1) for k, v in timings_s.items()},
+        decisions=list(decisions),
+        final_config=describe_config(ticks[-1]) if ticks else "",
+    )
+
+
+def _fmt(v: float | None, unit: str = "") -> str:
+    return "n/a" if v is None else f"{v:g} {unit}".rstrip()
+
+
+def markdown(summary: Summary) -> str:
+    """The summary as markdown."""
+    s = summary
+    lines = [
+        "# tailtune demo",
+        "",
+        f"**{s.verdict}**",
+        "",
+        "Everything real except the GPU: local control plane, the operator, one real `tritonserver` per pod "
+        "(model: the EMULATED accelerator), a real Prometheus, real open-loop load; latencies are client-side.",
+        "",
+        f"- SLO: P99 <= {s.slo_ms:g} ms; load {s.low_rps:g} -> {s.high_rps:g} req/s at t = {s.step_at_s:g} s",
+        f"- time from command to first Ready pod: {_fmt(s.time_to_first_ready_s, 's')}",
+        f"- time to settle after the load step (client P99 over 5 s stays under the SLO): {_fmt(s.settle_s, 's')}",
+        f"- final config: {s.final_config}",
+        "",
+        "| stretch | from (s) | to (s) | throughput (req/s) | P50 (ms) | P99 (ms) | failed |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for w in (s.before, s.untuned_high, s.after):
+        if w is not None:
+            p99 = "unbounded (failures)" if w.p99_ms is None and w.sent else _fmt(w.p99_ms)
+            lines.append(
+                f"| {w.label} | {w.start_s:.0f} | {w.end_s:.0f} | {w.throughput_rps:g} | {_fmt(w.p50_ms)} "
+                f"| {p99} | {w.failed}/{w.sent} |"
+            )
+    lines += ["", "## Tuner decisions", ""]
+    lines += [f"- t = {d.t:.0f} s: {d.config} — {d.reason}" for d in s.decisions] or ["- none"]
+    lines += ["", "## Timings (s)", ""]
+    lines += [f"- {k}: {v:g}" for k, v in s.timings_s.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(
+    out: Path,
+    summary: Summary,
+    ticks: Sequence[Tick],
+    samples: tuple[Sequence[float], Sequence[float], Sequence[bool]],
+) -> list[Path]:
+    """report.png, summary.json, summary.md and timeline.json under `out`; returns their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    doc: dict[str, Any] = asdict(summary)
+    (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (out / "summary.md").write_text(markdown(summary))
+    (out / "timeline.json").write_text(json.dumps([asdict(t) for t in ticks]) + "\n")
+    png = out / "report.png"
+    plot(png, summary, ticks, samples)
+    return [png, out / "summary.json", out / "summary.md", out / "timeline.json"]
+
+
+def plot(
+    path: Path,
+    summary: Summary,
+    ticks: Sequence[Tick],
+    samples: tuple[Sequence[float], Sequence[float], Sequence[bool]],
+) -> None:
+    """Three panels on the load clock: P99 vs SLO, throughput, and the tuner's knobs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sent, lat, ok = samples
+    end = ticks[-1].t if ticks else (sent[-1] if sent else 1.0)
+    rolling = rolling_p99(sent, lat, ok, end)
+    fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(11, 10), sharex=True)
+    fig.suptitle(f"tailtune demo (emulated GPU): {summary.verdict}", fontsize=10)
+
+    cap = 10_000.0  # failures count as infinite; drawn at the top of the axis
+    ax1.plot([t for t, _ in rolling], [min(p if p is not None else cap, cap) for _, p in rolling],
+             label="P99, client, 5 s window", color="tab:blue")  # fmt: skip
+    prom = [(k.t, k.prom_p99_ms) for k in ticks if k.prom_p99_ms is not None]
+    if prom:
+        ax1.plot(*zip(*prom, strict=True), label="P99, Triton summary via Prometheus (60 s)", color="tab:purple",
+                 alpha=0.7)  # fmt: skip
+    ax1.axhline(summary.slo_ms, color="tab:red", linestyle="--", label=f"SLO {summary.slo_ms:g} ms")
+    ax1.set_yscale("log")
+    ax1.set_ylabel("latency (ms)")
+    ax1.legend(loc="upper right", fontsize=8)
+
+    bins: dict[int, int] = {}
+    for s, good in zip(sent, ok, strict=False):
+        if good:
+            bins[int(s)] = bins.get(int(s), 0) + 1
+    xs = sorted(bins)[:-1]  # the last second is partial
+    ax2.plot(xs, [bins[x] for x in xs], label="served (client, 1 s)", color="tab:green", linewidth=0.8)
+    ax2.plot([k.t for k in ticks], [k.offered_rps for k in ticks], label="offered", color="black", linestyle=":")
+    rps = [(k.t, k.prom_rps) for k in ticks if k.prom_rps is not None]
+    if rps:
+        ax2.plot(*zip(*rps, strict=True), label="Prometheus rate", color="tab:purple", alpha=0.7)
+    ax2.set_ylabel("req/s")
+    ax2.legend(loc="upper left", fontsize=8)
+
+    def steps(attr: str) -> tuple[list[float], list[float]]:
+        pts = [(k.t, float(getattr(k, attr))) for k in ticks if getattr(k, attr) is not None]
+        return [p[0] for p in pts], [p[1] for p in pts]
+
+    ax3.step(*steps("max_batch"), where="post", label="max batch size", color="tab:orange")
+    ax3.step(*steps("replicas_ready"), where="post", label="replicas ready", color="tab:cyan")
+    ax3.set_ylabel("batch / replicas")
+    ax3b = ax3.twinx()
+    t_delay, delay = steps("delay_us")
+    ax3b.step(t_delay, [d / 1000 for d in delay], where="post", label="queue delay (ms)", color="tab:gray")
+    ax3b.set_ylabel("queue delay (ms)")
+    ax3b.set_ylim(bottom=0, top=max([1.0, *(d / 1000 * 1.2 for d in delay)]))
+    ax3.set_ylim(bottom=0)
+    ax3.yaxis.get_major_locator().set_params(integer=True)
+    ax3.legend(loc="upper left", fontsize=8)
+    ax3b.legend(loc="upper right", fontsize=8)
+    ax3.set_xlabel("seconds since the load started")
+    for ax in (ax1, ax2, ax3):
+        ax.axvline(summary.step_at_s, color="black", alpha=0.4)
+        for d in summary.decisions:
+            ax.axvline(d.t, color="tab:orange", alpha=0.35, linestyle="--")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
