@@ -129,6 +129,8 @@ def build_deployment(isvc: InferenceService, *, cache_key: str, replicas: int, c
                 "startupProbe": _probe("/v2/health/live", period=STARTUP_PERIOD_S, failures=STARTUP_FAILURES),
                 "readinessProbe": _probe(f"/v2/models/{isvc.model_name}/ready", period=5, failures=3),
                 "livenessProbe": _probe("/v2/health/live", period=10, failures=6),
+                # A failed load or warmup ends tritonserver (--exit-on-error): its last log lines say why.
+                "terminationMessagePolicy": "FallbackToLogsOnError",
                 "volumeMounts": [
                     {"name": "models", "mountPath": "/models"},
                     {"name": "engines", "mountPath": "/engines", "subPath": cache_key, "readOnly": True},
