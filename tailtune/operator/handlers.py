@@ -12,13 +12,13 @@ from typing import Any
 
 import kopf
 
-from tailtune.api import GROUP, KIND, PLURAL, VERSION
+from tailtune.api import GROUP, KIND, PLURAL, VERSION, InferenceService
 from tailtune.operator import metrics
 from tailtune.operator.builders.common import MANAGED_BY, PREFIX
 from tailtune.operator.kube import API_CONCURRENCY, ApiException, Cluster, load_config
 from tailtune.operator.reconcile import Outcome, reconcile
 from tailtune.operator.status import ENGINE_BUILD_FAILED, ENGINE_BUILT, ENGINE_READY
-from tailtune.operator.tuning import Reader, parse_isvc, slo_condition_moved, tune_step
+from tailtune.operator.tuning import parse_isvc, slo_condition_moved, tune_step
 from tailtune.tuner.prom import PrometheusReader, Target
 
 log = logging.getLogger(__name__)
@@ -133,11 +133,8 @@ async def child_changed(body: kopf.Body, memo: Any, **_: Any) -> None:
             log.warning("reconcile %s/%s after child event: %s %s", namespace, name, exc.status, exc.reason)
 
 
-def prometheus_reader(raw: dict[str, Any]) -> Reader | None:
-    """The latency reader of one InferenceService, or None when its spec does not parse."""
-    isvc = parse_isvc(raw)
-    if isvc is None:
-        return None
+def prometheus_reader(isvc: InferenceService) -> PrometheusReader:
+    """The latency reader of one InferenceService."""
     spec = isvc.spec
     target = Target(namespace=isvc.metadata.namespace, name=isvc.metadata.name, model=isvc.model_name)
     return PrometheusReader.connect(
@@ -153,14 +150,11 @@ async def tuner_tick(state: State, namespace: str, name: str) -> float:
     """One tuner tick; returns the seconds until the next one (the spec's interval)."""
     raw = await state.cluster.read_isvc(namespace, name)
     isvc = parse_isvc(raw) if raw else None
-    if raw is None or isvc is None or not isvc.spec.tuning.enabled:
+    if isvc is None or not isvc.spec.tuning.enabled:
         return RESYNC_SECONDS
     async with state.locks[(namespace, name)]:
-        reader = prometheus_reader(raw)
-        if reader is None:
-            return RESYNC_SECONDS
         now = datetime.now(UTC)
-        decision = await tune_step(isvc, state.cluster, reader, now)
+        decision = await tune_step(isvc, state.cluster, prometheus_reader(isvc), now)
         changed = decision is not None and decision.changed
         if decision is not None and changed:
             log.info("%s/%s tuner: %s", namespace, name, decision.reason)

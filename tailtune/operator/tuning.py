@@ -29,6 +29,7 @@ from tailtune.operator.spec_checks import APPLIED_ANNOTATION, Applied, applied_c
 from tailtune.operator.status import SLO_MET, compute_slo_condition, reported_engine
 from tailtune.triton.control import ApplyError, apply_config
 from tailtune.tuner.law import decide
+from tailtune.tuner.loop import ObservationReader
 from tailtune.tuner.types import Decision, Observation, Policy, TunerState
 
 log = logging.getLogger(__name__)
@@ -47,12 +48,6 @@ class TunerCluster(Protocol):
     async def patch_annotations(self, meta: ObjectMeta, annotations: dict[str, str]) -> None: ...
     async def patch_latency(self, meta: ObjectMeta, latency: LatencyStatus) -> None: ...
     async def emit_event(self, meta: ObjectMeta, type_: str, reason: str, message: str) -> None: ...
-
-
-class Reader(Protocol):
-    """Reads one window of the latency signal (`tailtune.tuner.prom` in production)."""
-
-    def read(self, window_end: datetime) -> Observation: ...
 
 
 def policy_for(isvc: InferenceService) -> Policy:
@@ -115,7 +110,9 @@ def hot_apply(pod_ips: tuple[str, ...], model: str, config_json: str) -> HotAppl
     return report
 
 
-async def tune_step(isvc: InferenceService, cluster: TunerCluster, reader: Reader, now: datetime) -> Decision | None:
+async def tune_step(
+    isvc: InferenceService, cluster: TunerCluster, reader: ObservationReader, now: datetime
+) -> Decision | None:
     """One tuner tick for one InferenceService: read, decide, apply (hot or rolling), record.
 
     Returns None without reading anything while no Triton pod serves (nothing to tune yet). Writes only what
