@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from tailtune.api import v1alpha1 as api
+from tailtune.api.keys import NAME_LABEL, PART_OF_LABEL
 
 JSON = dict[str, Any]
 
@@ -178,7 +179,7 @@ def build_crd() -> JSON:
         "kind": "CustomResourceDefinition",
         "metadata": {
             "name": f"{api.PLURAL}.{api.GROUP}",
-            "labels": {"app.kubernetes.io/name": "tailtune", "app.kubernetes.io/part-of": "tailtune"},
+            "labels": {NAME_LABEL: "tailtune", PART_OF_LABEL: "tailtune"},
         },
         "spec": {
             "group": api.GROUP,

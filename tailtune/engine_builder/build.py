@@ -88,31 +88,23 @@ def validate_request(req: BuildRequest) -> None:
 
 
 def key_inputs(req: BuildRequest, *, model_digest: str, machine: Machine, calibration_digest: str) -> dict[str, Any]:
-    """The arguments of `compute_cache_key` for this request on this machine. Pure.
-
-    An onnxruntime entry is the ONNX file itself: it does not depend on a GPU or TensorRT.
-    """
-    flags: dict[str, cachekey.FlagValue] = {
-        "backend": req.backend,
-        "model_name": req.model_name,  # the layout holds it: <key>/<model_name>/1/
-    }
-    if req.backend == "tensorrt":
-        # The timing cache only speeds the build up; it is not part of what makes an engine valid.
-        flags |= {"workspace_mib": req.workspace_mib, "opt_level": req.opt_level}
-        if calibration_digest:
-            flags["calibration_cache"] = calibration_digest
-        for (name, axis), (lo, opt, hi) in sorted(req.dim_ranges.items()):
-            flags[f"dim:{name}:{axis}"] = f"{lo},{opt},{hi}"
-    on_gpu = req.backend == "tensorrt"
-    return {
-        "model_digest": model_digest,
-        "tensorrt_version": machine.tensorrt_version if on_gpu else "",
-        "gpu_product": req.gpu_product if on_gpu else "",
-        "compute_capability": machine.gpu.compute_capability if on_gpu and machine.gpu else "",
-        "precision": req.precision,
-        "profile": req.profile,
-        "flags": flags,
-    }
+    """The arguments of `compute_cache_key` for this request on this machine (`cachekey.key_arguments`). Pure."""
+    return cachekey.key_arguments(
+        cachekey.KeyInputs(
+            backend=req.backend,
+            model_digest=model_digest,
+            model_name=req.model_name,
+            precision=req.precision,
+            profile=req.profile,
+            gpu_product=req.gpu_product,
+            tensorrt_version=machine.tensorrt_version,
+            compute_capability=machine.gpu.compute_capability if machine.gpu else "",
+            workspace_mib=req.workspace_mib,
+            opt_level=req.opt_level,
+            calibration=calibration_digest,
+            dim_ranges=req.dim_ranges,
+        )
+    )
 
 
 def run_build(req: BuildRequest, machine: Machine, scratch: Path, clock: Callable[[], float]) -> BuildOutcome:

@@ -1,7 +1,14 @@
 """The engine cache key: a pure hash of everything that makes a built engine valid.
 
-The operator names the build Job after the key and the builder stores the engine under it,
-so both sides must call `compute_cache_key` with the same inputs. Stdlib only, no I/O.
+One recipe, `engine_key`: `KeyInputs` (what shapes the engine) → `compute_cache_key`'s arguments → key.
+The operator and the builder both go through it; they differ only in what they can know.
+
+The key in force is the operator's: it computes it before any build from the spec (the declared sha256,
+else the URI; the builder image standing for the TensorRT version; no compute capability; the calibration
+cache's URI), names the build Job after it, and passes it to the builder as `--cache-key`, which stores
+the entry under it as given. The builder computes a key itself (from the digest it measured, the installed
+TensorRT, the visible GPU) only when run without `--cache-key`, by hand or by `engine_builder key`.
+Stdlib only, no I/O.
 """
 
 from __future__ import annotations
@@ -10,6 +17,8 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 CACHE_KEY_PREFIX = "eng-"
 # 16 hex chars = 64 bits: collisions are out of reach for one store, and the key stays
@@ -70,3 +79,55 @@ def _normalize_digest(digest: str) -> str:
     """`sha256:ABC…` and `abc…` name the same bytes; any other digest form is kept as given."""
     match = _SHA256.fullmatch(digest.strip())
     return match.group(1).lower() if match else digest
+
+
+@dataclass(frozen=True)
+class KeyInputs:
+    """What makes a built engine valid, as whoever computes the key knows it.
+
+    `calibration` names the int8 calibration cache (its sha256 where it was read, else its URI; "" for none);
+    `dim_ranges` maps (input, axis) to the (min, opt, max) of another dynamic dim.
+    """
+
+    backend: str
+    model_digest: str
+    model_name: str  # the entry's layout holds it: <key>/<model_name>/1/
+    precision: str
+    profile: tuple[int, int, int]
+    gpu_product: str
+    tensorrt_version: str
+    compute_capability: str = ""
+    workspace_mib: int = 4096
+    opt_level: int = 3
+    calibration: str = ""
+    dim_ranges: Mapping[tuple[str, int], tuple[int, int, int]] = field(default_factory=dict)
+
+
+def key_arguments(inputs: KeyInputs) -> dict[str, Any]:
+    """The arguments of `compute_cache_key` for `inputs`. Pure.
+
+    An onnxruntime entry is the ONNX file itself: it depends on neither a GPU nor TensorRT nor the TensorRT
+    builder's settings. The timing cache only speeds a build up, so it is no input at all.
+    """
+    on_gpu = inputs.backend == "tensorrt"
+    flags: dict[str, FlagValue] = {"backend": inputs.backend, "model_name": inputs.model_name}
+    if on_gpu:
+        flags |= {"workspace_mib": inputs.workspace_mib, "opt_level": inputs.opt_level}
+        if inputs.calibration:
+            flags["calibration_cache"] = inputs.calibration
+        for (name, axis), (lo, opt, hi) in sorted(inputs.dim_ranges.items()):
+            flags[f"dim:{name}:{axis}"] = f"{lo},{opt},{hi}"
+    return {
+        "model_digest": inputs.model_digest,
+        "tensorrt_version": inputs.tensorrt_version if on_gpu else "",
+        "gpu_product": inputs.gpu_product if on_gpu else "",
+        "compute_capability": inputs.compute_capability if on_gpu else "",
+        "precision": inputs.precision,
+        "profile": inputs.profile,
+        "flags": flags,
+    }
+
+
+def engine_key(inputs: KeyInputs) -> str:
+    """The cache key of `inputs`: the one recipe of the operator and the builder."""
+    return compute_cache_key(**key_arguments(inputs))

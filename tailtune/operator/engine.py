@@ -1,4 +1,6 @@
-"""The operator's side of the engine cache: the key it names the build Job by, and the build's report."""
+"""The operator's one home for the engine's facts: the cache key it names the build Job by, and what the
+build reported (the engine's I/O and versions), read from `status.engine` or the build's termination message.
+"""
 
 from __future__ import annotations
 
@@ -6,32 +8,82 @@ import json
 
 from pydantic import ValidationError
 
-from tailtune.api.v1alpha1 import InferenceService, TensorSpec
-from tailtune.engine_builder.cachekey import compute_cache_key
-from tailtune.operator.observed import EngineInfo
+from tailtune.api.v1alpha1 import EngineStatus, InferenceService, TensorSpec
+from tailtune.engine_builder.cachekey import KeyInputs, engine_key
+from tailtune.operator.observed import EngineInfo, JobObservation
 
 
 def engine_cache_key(isvc: InferenceService) -> str:
-    """Cache key from what the operator knows before the build.
+    """The engine cache key in force: the build Job's name and the store entry's (`--cache-key`).
 
-    The model digest is the declared sha256 (else the URI), and the TensorRT version is pinned by the
-    builder image; the builder records the measured ones in the engine's metadata.
+    `cachekey.engine_key` over what the operator knows before the build: the declared sha256 (else the
+    URI), the builder image standing for the TensorRT version it pins, no compute capability (the GPU product
+    stands for it), and the calibration cache's URI. The builder records the measured values in the entry.
     """
     spec = isvc.spec
     engine = spec.engine
-    flags: dict[str, str | int | bool] = {"backend": engine.backend}
-    if engine.backend == "tensorrt":
-        flags |= {"workspaceMiB": engine.workspace_mi_b, "optLevel": engine.builder_optimization_level}
-        if engine.calibration_cache_uri:
-            flags["calibrationCache"] = engine.calibration_cache_uri
-    return compute_cache_key(
-        model_digest=spec.model.sha256 or f"uri:{spec.model.uri}",
-        tensorrt_version=engine.builder_image if engine.backend == "tensorrt" else "none",
-        gpu_product=spec.serving.gpu.product if engine.backend == "tensorrt" else "any",
-        compute_capability="",
-        precision=engine.precision,
-        profile=(1, engine.optimization_profile.opt, engine.optimization_profile.max),
-        flags=flags,
+    return engine_key(
+        KeyInputs(
+            backend=engine.backend,
+            model_digest=spec.model.sha256 or f"uri:{spec.model.uri}",
+            model_name=isvc.model_name,
+            precision=engine.precision,
+            profile=(1, engine.optimization_profile.opt, engine.optimization_profile.max),
+            gpu_product=spec.serving.gpu.product,
+            tensorrt_version=engine.builder_image,
+            workspace_mib=engine.workspace_mi_b,
+            opt_level=engine.builder_optimization_level,
+            calibration=engine.calibration_cache_uri or "",
+        )
+    )
+
+
+def engine_info(isvc: InferenceService, cache_key: str, job: JobObservation | None) -> EngineInfo | None:
+    """What the build of `cache_key` reported, or None while nothing says.
+
+    `status.engine`, when it records this key, wins over the build's termination message: it is the copy an
+    earlier reconcile made of that same report (the Job is named after the key, so the report cannot change
+    under it), and having it is what lets `observe` skip reading the build pod (`io_known`). The message is
+    read only when there is no record yet.
+    """
+    recorded = _recorded(cache_key, isvc.status.engine)
+    if recorded is not None:
+        return recorded
+    return parse_build_report(job.message) if job is not None and job.message else None
+
+
+def io_known(isvc: InferenceService, cache_key: str) -> bool:
+    """Whether the engine's inputs and outputs are known without the build pod (declared, or recorded)."""
+    declared = bool(isvc.spec.model.inputs and isvc.spec.model.outputs)
+    return declared or _recorded(cache_key, isvc.status.engine) is not None
+
+
+def engine_status(cache_key: str, store_pvc: str, info: EngineInfo | None, previous: EngineStatus) -> EngineStatus:
+    """status.engine from the cache key and, once built, what the builder reported (kept once known)."""
+    if info is None and previous.cache_key == cache_key:
+        return previous.model_copy(update={"job_name": cache_key})
+    info = info or EngineInfo()
+    return EngineStatus(
+        cache_key=cache_key,
+        job_name=cache_key,
+        location=info.location or f"pvc://{store_pvc}/{cache_key}",
+        tensorrt_version=info.tensorrt_version,
+        gpu_product=info.gpu_product,
+        inputs=list(info.inputs),
+        outputs=list(info.outputs),
+    )
+
+
+def _recorded(cache_key: str, previous: EngineStatus) -> EngineInfo | None:
+    """What an earlier reconcile recorded in status.engine of this key's build report."""
+    if previous.cache_key != cache_key or not previous.inputs:
+        return None
+    return EngineInfo(
+        tensorrt_version=previous.tensorrt_version,
+        gpu_product=previous.gpu_product,
+        location=previous.location,
+        inputs=tuple(previous.inputs),
+        outputs=tuple(previous.outputs),
     )
 
 

@@ -13,9 +13,9 @@ from typing import Any
 import kopf
 
 from tailtune.api import GROUP, KIND, PLURAL, VERSION, InferenceService
+from tailtune.api.keys import LAST_HANDLED_KEY, MANAGED_BY, MANAGED_BY_LABEL, PREFIX
 from tailtune.operator import metrics
-from tailtune.operator.builders.common import MANAGED_BY, PREFIX
-from tailtune.operator.kube import API_CONCURRENCY, ApiException, Cluster, load_config
+from tailtune.operator.kube import API_CONCURRENCY, ApiException, KubeCluster, load_config
 from tailtune.operator.reconcile import Outcome, reconcile
 from tailtune.operator.status import ENGINE_BUILD_FAILED, ENGINE_BUILT, ENGINE_READY
 from tailtune.operator.tuning import parse_isvc, slo_condition_moved, tune_step
@@ -25,13 +25,13 @@ log = logging.getLogger(__name__)
 
 # Drift repair (forced re-apply of every child); child events and the tuner cover the quick paths.
 RESYNC_SECONDS = 300.0
-CHILD_LABELS = {"app.kubernetes.io/managed-by": MANAGED_BY}
+CHILD_LABELS = {MANAGED_BY_LABEL: MANAGED_BY}
 
 
 class State:
     """Process-wide state kept in kopf's memo: the API client and one lock per InferenceService."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: KubeCluster) -> None:
         self.cluster = cluster
         self.locks: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
 
@@ -45,9 +45,7 @@ def _state(memo: Any) -> State:
 async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     """Progress and diff-base in annotations under our prefix, so `status` stays ours alone."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=PREFIX, key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=PREFIX, key=LAST_HANDLED_KEY)
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.batching.error_delays = [1, 2, 5, 10, 30, 60]
@@ -55,7 +53,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.peering.lifetime = int(os.environ.get("TAILTUNE_PEERING_LIFETIME", "60"))
     # The Kubernetes client blocks: give its calls (run in threads) as many workers as pooled connections.
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=API_CONCURRENCY))
-    memo["tailtune"] = State(Cluster(load_config()))
+    memo["tailtune"] = State(KubeCluster(load_config()))
 
 
 async def run_reconcile(

@@ -16,12 +16,13 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException  # re-exported for the handlers
 
 from tailtune.api import API_VERSION, GROUP, KIND, PLURAL, VERSION, InferenceService, InferenceServiceStatus
+from tailtune.api.keys import DESIRED_HASH_ANNOTATION, JOB_NAME_LABEL
 from tailtune.api.v1alpha1 import LatencyStatus, ObjectMeta
 from tailtune.operator.builders.common import Manifest, deployment_name, selector
-from tailtune.operator.builders.triton import DESIRED_HASH_ANNOTATION
+from tailtune.operator.builders.triton import COMPONENT
 from tailtune.operator.observed import DeploymentObservation, JobObservation, Observed
 
-__all__ = ["ApiException", "Cluster", "load_config"]
+__all__ = ["ApiException", "KubeCluster", "load_config"]
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def _not_found(exc: ApiException) -> bool:
     return getattr(exc, "status", None) == 404
 
 
-class Cluster:
+class KubeCluster:
     """Typed reads and server-side-apply writes for one InferenceService's world."""
 
     def __init__(self, api: client.ApiClient) -> None:
@@ -95,7 +96,7 @@ class Cluster:
         succeeded = bool(st.succeeded) and not failed
         if succeeded and not job_report:
             return JobObservation(succeeded=True)
-        pods = self.core.list_namespaced_pod(ns, label_selector=f"job-name={name}").items
+        pods = self.core.list_namespaced_pod(ns, label_selector=f"{JOB_NAME_LABEL}={name}").items
         message, unschedulable = "", ""
         for pod in sorted(pods, key=lambda p: p.metadata.creation_timestamp or datetime.min.replace(tzinfo=UTC)):
             message = _termination_message(pod) or message
@@ -103,7 +104,7 @@ class Cluster:
         if failed and not message:
             message = next((c.message or "" for c in st.conditions or [] if c.type == "Failed"), "")
         return JobObservation(
-            active=bool(st.active), succeeded=succeeded, failed=failed, message=message,
+            succeeded=succeeded, failed=failed, message=message,
             unschedulable=unschedulable if not (succeeded or failed) else "",
         )  # fmt: skip
 
@@ -117,7 +118,7 @@ class Cluster:
             raise
         st = dep.status
         all_ready = (st.ready_replicas or 0) >= (dep.spec.replicas or 0)
-        sel = ",".join(f"{k}={v}" for k, v in selector(isvc, "triton").items())
+        sel = ",".join(f"{k}={v}" for k, v in selector(isvc, COMPONENT).items())
         pods = [] if all_ready and not pod_ips else self.core.list_namespaced_pod(ns, label_selector=sel).items
         ready_ips, unschedulable, not_ready = [], "", ""
         for pod in pods:
@@ -131,8 +132,6 @@ class Cluster:
         return DeploymentObservation(
             replicas=dep.spec.replicas or 0,
             ready_replicas=st.ready_replicas or 0,
-            updated_replicas=st.updated_replicas or 0,
-            up_to_date=(st.observed_generation or 0) >= (dep.metadata.generation or 0),
             unschedulable=unschedulable,
             not_ready_reason=not_ready,
             ready_pod_ips=tuple(sorted(ready_ips)),
@@ -150,16 +149,6 @@ class Cluster:
                 return None
             raise
         return obj
-
-    async def exists(self, manifest: Manifest) -> bool:
-        """Whether a child exists (used only for the immutable build Job)."""
-        try:
-            await asyncio.to_thread(self._call, _path(manifest), "GET", None, {})
-        except ApiException as exc:
-            if _not_found(exc):
-                return False
-            raise
-        return True
 
     # ---- writes ------------------------------------------------------------------------------------
     async def apply(self, manifest: Manifest) -> None:

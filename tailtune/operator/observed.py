@@ -11,7 +11,6 @@ from tailtune.api.v1alpha1 import TensorSpec
 class JobObservation:
     """The engine-build Job and, when it ended, what its pod said."""
 
-    active: bool = False
     succeeded: bool = False
     failed: bool = False
     message: str = ""  # the builder's termination message (an error, or its JSON summary on success)
@@ -35,8 +34,6 @@ class DeploymentObservation:
 
     replicas: int = 0
     ready_replicas: int = 0
-    updated_replicas: int = 0
-    up_to_date: bool = False  # the controller has seen the latest template
     unschedulable: str = ""  # scheduler message of a pod that cannot be placed
     not_ready_reason: str = ""  # e.g. the readiness probe's last failure (warmup not done or failed)
     ready_pod_ips: tuple[str, ...] = ()  # targets of a hot batching reload (read only when asked for)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
+import functools
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,13 +21,13 @@ from tailtune.operator import status as st
 from tailtune.operator.builders.common import Manifest
 from tailtune.operator.builders.engine_job import build_engine_job
 from tailtune.operator.builders.triton import (
-    DESIRED_HASH_ANNOTATION,
     build_deployment,
     build_model_configmap,
     build_service,
     config_hash,
+    serving_digest,
 )
-from tailtune.operator.engine import engine_cache_key, parse_build_report
+from tailtune.operator.engine import engine_cache_key, engine_info, engine_status, io_known
 from tailtune.operator.modelconfig import EngineIOUnknown, model_config_pbtxt
 from tailtune.operator.observed import EngineInfo, Observed
 from tailtune.operator.spec_checks import Applied, applied_config, check_spec, describe_validation_error
@@ -38,7 +37,7 @@ log = logging.getLogger(__name__)
 
 
 class ClusterPort(Protocol):
-    """What reconcile needs from the API server (`kube.Cluster` in production)."""
+    """What reconcile needs from the API server (`kube.KubeCluster` in production)."""
 
     async def observe(
         self, isvc: InferenceService, job_name: str, *, job_report: bool = True, pod_ips: bool = False
@@ -65,11 +64,8 @@ def desired_state(isvc: InferenceService, observed: Observed) -> Desired:
     cache_key = engine_cache_key(isvc)
     applied = applied_config(isvc)
     job = observed.job
-    info = None
-    if job is not None and job.succeeded:
-        info = (parse_build_report(job.message) if job.message else None) or st.reported_engine(
-            cache_key, isvc.status.engine
-        )
+    # Until the Job has succeeded there is no engine, whatever an earlier build of this key recorded.
+    info = engine_info(isvc, cache_key, job) if job is not None and job.succeeded else None
     objects: list[Manifest] = []
     if job is None:
         # The Job's template is immutable and its name is the cache key: once it exists it is never re-applied.
@@ -86,17 +82,16 @@ def desired_state(isvc: InferenceService, observed: Observed) -> Desired:
         except ConfigError as exc:
             problem = (st.INVALID_MODEL_CONFIG, f"Triton model config: {exc}")
             return Desired(objects, cache_key, applied, info, serving_problem=problem)
-        serving = [
-            build_model_configmap(isvc, in_force),
-            build_deployment(
-                isvc, cache_key=cache_key, replicas=applied.replicas, config_digest=config_hash(rolling_basis)
-            ),
-            build_service(isvc),
-        ]
-        # One digest of all serving objects, kept on the Deployment: an unchanged one needs no apply.
-        digest = hashlib.sha256(json.dumps(serving, sort_keys=True).encode()).hexdigest()[:16]
-        serving[1]["metadata"]["annotations"] = {DESIRED_HASH_ANNOTATION: digest}
-        objects += serving
+        configmap, service = build_model_configmap(isvc, in_force), build_service(isvc)
+        deployment = functools.partial(
+            build_deployment,
+            isvc,
+            cache_key=cache_key,
+            replicas=applied.replicas,
+            config_digest=config_hash(rolling_basis),
+        )
+        digest = serving_digest([configmap, deployment(), service])
+        objects += [configmap, deployment(desired_hash=digest), service]
         return Desired(objects, cache_key, applied, info, serving_hash=digest)
     return Desired(objects=objects, cache_key=cache_key, applied=applied, engine_info=info)
 
@@ -152,11 +147,7 @@ async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime, *,
         return Outcome(None)
 
     key = engine_cache_key(isvc)
-    io_known = (
-        bool(isvc.spec.model.inputs and isvc.spec.model.outputs)
-        or st.reported_engine(key, isvc.status.engine) is not None
-    )
-    observed = await cluster.observe(isvc, key, job_report=not io_known)
+    observed = await cluster.observe(isvc, key, job_report=not io_known(isvc, key))
     desired = desired_state(isvc, observed)
     dep = observed.deployment
     unchanged = dep is not None and desired.serving_hash and dep.desired_hash == desired.serving_hash
@@ -169,7 +160,7 @@ async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime, *,
     status = st.compute_status(
         isvc,
         observed,
-        engine_info=st.engine_status(desired.cache_key, store, desired.engine_info, isvc.status.engine),
+        engine_info=engine_status(desired.cache_key, store, desired.engine_info, isvc.status.engine),
         batching=batching_status(desired.applied),
         desired_replicas=desired.applied.replicas,
         latency=isvc.status.latency,

@@ -13,10 +13,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tailtune.api.keys import APPLIED_ANNOTATION, GPU_PRODUCT_LABEL, GPU_RESOURCE
 from tailtune.api.v1alpha1 import Batching, InferenceService
-from tailtune.operator.builders.common import GPU_PRODUCT_LABEL, GPU_RESOURCE
 
-APPLIED_ANNOTATION = "tailtune.io/applied"
 _QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$")
 _QUERY_FIELDS = {"namespace", "name", "model", "window"}
 

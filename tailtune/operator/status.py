@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from tailtune.api.keys import GRPC_PORT, HTTP_PORT
 from tailtune.api.v1alpha1 import (
     BatchingStatus,
     Condition,
@@ -14,8 +15,8 @@ from tailtune.api.v1alpha1 import (
     LatencyStatus,
     ReplicaStatus,
 )
-from tailtune.operator.builders.common import GRPC_PORT, HTTP_PORT, service_name
-from tailtune.operator.observed import EngineInfo, Observed
+from tailtune.operator.builders.common import service_name
+from tailtune.operator.observed import Observed
 
 ENGINE_READY, SERVING_READY, SLO_MET, READY = "EngineReady", "ServingReady", "SLOMet", "Ready"
 
@@ -156,33 +157,4 @@ def compute_status(
         replicas=ReplicaStatus(desired=desired_replicas, ready=dep.ready_replicas if dep else 0),
         batching=batching,
         latency=latency,
-    )
-
-
-def engine_status(cache_key: str, store_pvc: str, info: EngineInfo | None, previous: EngineStatus) -> EngineStatus:
-    """status.engine from the cache key and, once built, what the builder reported (kept once known)."""
-    if info is None and previous.cache_key == cache_key:
-        return previous.model_copy(update={"job_name": cache_key})
-    info = info or EngineInfo()
-    return EngineStatus(
-        cache_key=cache_key,
-        job_name=cache_key,
-        location=info.location or f"pvc://{store_pvc}/{cache_key}",
-        tensorrt_version=info.tensorrt_version,
-        gpu_product=info.gpu_product,
-        inputs=list(info.inputs),
-        outputs=list(info.outputs),
-    )
-
-
-def reported_engine(cache_key: str, previous: EngineStatus) -> EngineInfo | None:
-    """What an earlier reconcile recorded of this engine's build report (so its pod need not be read again)."""
-    if previous.cache_key != cache_key or not previous.inputs:
-        return None
-    return EngineInfo(
-        tensorrt_version=previous.tensorrt_version,
-        gpu_product=previous.gpu_product,
-        location=previous.location,
-        inputs=tuple(previous.inputs),
-        outputs=tuple(previous.outputs),
     )

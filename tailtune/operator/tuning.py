@@ -20,13 +20,14 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from tailtune.api.keys import APPLIED_ANNOTATION, GRPC_PORT, TUNER_STATE_ANNOTATION
 from tailtune.api.v1alpha1 import InferenceService, LatencyStatus, ObjectMeta
 from tailtune.operator import metrics
-from tailtune.operator.engine import engine_cache_key, parse_build_report
+from tailtune.operator.engine import engine_cache_key, engine_info, io_known
 from tailtune.operator.modelconfig import model_config_json
 from tailtune.operator.observed import Observed
-from tailtune.operator.spec_checks import APPLIED_ANNOTATION, Applied, applied_config
-from tailtune.operator.status import SLO_MET, compute_slo_condition, reported_engine
+from tailtune.operator.spec_checks import Applied, applied_config
+from tailtune.operator.status import SLO_MET, compute_slo_condition
 from tailtune.triton.control import ApplyError, apply_config
 from tailtune.tuner.law import decide
 from tailtune.tuner.loop import ObservationReader
@@ -34,13 +35,9 @@ from tailtune.tuner.types import Decision, Observation, Policy, TunerState
 
 log = logging.getLogger(__name__)
 
-STATE_ANNOTATION = "tailtune.io/tuner-state"
-# Model control goes over gRPC: Triton 2.51 runs an HTTP load on its HTTP event loop, stalling inference.
-TRITON_GRPC_PORT = 8001
-
 
 class TunerCluster(Protocol):
-    """What the tuner needs from the API server (`kube.Cluster`)."""
+    """What the tuner needs from the API server (`kube.KubeCluster`)."""
 
     async def observe(
         self, isvc: InferenceService, job_name: str, *, job_report: bool = True, pod_ips: bool = False
@@ -64,7 +61,7 @@ def policy_for(isvc: InferenceService) -> Policy:
 
 def state_for(isvc: InferenceService, applied: Applied) -> TunerState:
     """The kept tuner state, or a fresh one from the config in force (also when the kept one no longer fits)."""
-    raw = isvc.metadata.annotations.get(STATE_ANNOTATION)
+    raw = isvc.metadata.annotations.get(TUNER_STATE_ANNOTATION)
     fresh = TunerState.initial(applied.batching, applied.replicas)
     if not raw:
         return fresh
@@ -101,7 +98,7 @@ def hot_apply(pod_ips: tuple[str, ...], model: str, config_json: str) -> HotAppl
     report = HotApplyReport()
     for ip in pod_ips:
         try:
-            result = apply_config(f"{ip}:{TRITON_GRPC_PORT}", model, config_json)
+            result = apply_config(f"{ip}:{GRPC_PORT}", model, config_json)
             report.seconds[ip] = result.seconds
         except (ApplyError, OSError, ConnectionError) as exc:
             report.failures[ip] = str(exc)
@@ -145,7 +142,7 @@ async def tune_step(
         await cluster.emit_event(isvc.metadata, "Normal", decision.reason_code or "TunerChange", decision.reason)
     metrics.TUNER_DECISIONS.labels(isvc.metadata.namespace, isvc.metadata.name, decision.reason_code).inc()
     if decision.changed or _memory(decision.state) != _memory(state):
-        annotations[STATE_ANNOTATION] = json.dumps(decision.state.to_dict(), sort_keys=True)
+        annotations[TUNER_STATE_ANNOTATION] = json.dumps(decision.state.to_dict(), sort_keys=True)
     if annotations:
         await cluster.patch_annotations(isvc.metadata, annotations)
     latency = latency_status(observation, isvc.spec.slo.percentile, now)
@@ -168,10 +165,8 @@ async def _apply_hot(isvc: InferenceService, cluster: TunerCluster, decision: De
     if decision.batching == applied.batching:
         return False  # a replica change only: reconcile scales the Deployment
     key = engine_cache_key(isvc)
-    io_known = reported_engine(key, isvc.status.engine)
-    observed = await cluster.observe(isvc, key, job_report=io_known is None, pod_ips=True)
-    job = observed.job
-    info = io_known or (parse_build_report(job.message) if job is not None and job.message else None)
+    observed = await cluster.observe(isvc, key, job_report=not io_known(isvc, key), pod_ips=True)
+    info = engine_info(isvc, key, observed.job)
     ips = observed.deployment.ready_pod_ips if observed.deployment else ()
     report = await asyncio.to_thread(hot_apply, ips, isvc.model_name, model_config_json(isvc, decision.batching, info))
     failed = bool(report.failures)

@@ -4,7 +4,8 @@ readiness, live config. Synchronous and thread-safe; the operator calls it from 
 gRPC, not HTTP, on purpose: Triton's HTTP frontend handles `POST /v2/repository/models/M/load` on its
 event loop, so every HTTP request to that server, inference included, waits for the whole load (seen on
 2.51: each hot apply over HTTP stalled all HTTP inference for ~1.5 s; over gRPC, HTTP inference went on
-with a 62 ms worst case). Every function takes the gRPC endpoint, `host:port` (Triton's default 8001).
+with a 62 ms worst case). Every function takes the gRPC endpoint, `host:port` (Triton's default port is
+`tailtune.api.keys.GRPC_PORT`).
 """
 
 from __future__ import annotations

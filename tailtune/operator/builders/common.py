@@ -5,14 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from tailtune.api import API_VERSION, KIND, InferenceService
+from tailtune.api.keys import (
+    COMPONENT_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    INSTANCE_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    NAME_LABEL,
+)
 
 Manifest = dict[str, Any]
-
-MANAGED_BY = "tailtune"
-PREFIX = "tailtune.io"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-GPU_RESOURCE = "nvidia.com/gpu"
-HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 
 
 def deployment_name(isvc: InferenceService) -> str:
@@ -33,18 +36,18 @@ def service_name(isvc: InferenceService) -> str:
 def labels(isvc: InferenceService, component: str) -> dict[str, str]:
     """Recommended labels; `instance` + `component` select the pods."""
     return {
-        "app.kubernetes.io/name": "tailtune",
-        "app.kubernetes.io/instance": isvc.metadata.name,
-        "app.kubernetes.io/component": component,
-        "app.kubernetes.io/managed-by": MANAGED_BY,
+        NAME_LABEL: "tailtune",
+        INSTANCE_LABEL: isvc.metadata.name,
+        COMPONENT_LABEL: component,
+        MANAGED_BY_LABEL: MANAGED_BY,
     }
 
 
 def selector(isvc: InferenceService, component: str) -> dict[str, str]:
     """The immutable subset of labels used as a selector."""
     return {
-        "app.kubernetes.io/instance": isvc.metadata.name,
-        "app.kubernetes.io/component": component,
+        INSTANCE_LABEL: isvc.metadata.name,
+        COMPONENT_LABEL: component,
     }
 
 

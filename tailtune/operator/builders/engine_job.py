@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from tailtune.api import InferenceService
+from tailtune.api.keys import ENGINE_KEY, GPU_RESOURCE
 from tailtune.operator.builders.common import (
-    GPU_RESOURCE,
     Manifest,
     container_security_context,
     gpu_tolerations,
@@ -70,7 +70,7 @@ def build_engine_job(isvc: InferenceService, cache_key: str) -> Manifest:
         mounts.append({"name": "model", "mountPath": f"{MODELS_MOUNT}/{claim}", "readOnly": True})
     gpu_limits = {GPU_RESOURCE: "1"} if engine.backend == "tensorrt" else {}
     meta = metadata(isvc, cache_key, "engine-build", controller=False)
-    meta["labels"]["tailtune.io/engine-key"] = cache_key
+    meta["labels"][ENGINE_KEY] = cache_key
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

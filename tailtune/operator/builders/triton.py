@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 from tailtune.api import InferenceService
-from tailtune.operator.builders.common import (
+from tailtune.api.keys import (
+    CONFIG_HASH_ANNOTATION,
+    DESIRED_HASH_ANNOTATION,
+    ENGINE_KEY,
     GPU_RESOURCE,
     GRPC_PORT,
     HTTP_PORT,
     METRICS_PORT,
+    SCRAPE_ANNOTATION,
+    SCRAPE_PATH_ANNOTATION,
+    SCRAPE_PORT_ANNOTATION,
+)
+from tailtune.operator.builders.common import (
     Manifest,
     configmap_name,
     container_security_context,
@@ -25,9 +34,6 @@ from tailtune.operator.builders.common import (
 )
 
 COMPONENT = "triton"
-CONFIG_HASH_ANNOTATION = "tailtune.io/config-hash"
-DESIRED_HASH_ANNOTATION = "tailtune.io/desired-hash"
-ENGINE_ANNOTATION = "tailtune.io/engine-key"
 # Long enough for engine load + warmup: Triton does not even listen until warmup ends.
 STARTUP_PERIOD_S, STARTUP_FAILURES = 10, 90
 
@@ -83,8 +89,14 @@ def _probe(path: str, *, period: int, failures: int) -> dict[str, Any]:
     }
 
 
-def build_deployment(isvc: InferenceService, *, cache_key: str, replicas: int, config_digest: str) -> Manifest:
-    """Triton pods on nodes of the requested GPU product, Ready only once the model is warm."""
+def build_deployment(
+    isvc: InferenceService, *, cache_key: str, replicas: int, config_digest: str, desired_hash: str = ""
+) -> Manifest:
+    """Triton pods on nodes of the requested GPU product, Ready only once the model is warm.
+
+    `desired_hash` (see `serving_digest`) goes on the Deployment itself, not on its pods: it changes with
+    any serving object and must not roll them.
+    """
     serving = isvc.spec.serving
     gpus = str(serving.gpu.count)
     resources = serving.resources
@@ -93,11 +105,11 @@ def build_deployment(isvc: InferenceService, *, cache_key: str, replicas: int, c
     pod_labels = labels(isvc, COMPONENT)
     annotations = {
         **serving.pod_annotations,
-        "prometheus.io/scrape": "true",
-        "prometheus.io/port": str(METRICS_PORT),
-        "prometheus.io/path": "/metrics",
+        SCRAPE_ANNOTATION: "true",
+        SCRAPE_PORT_ANNOTATION: str(METRICS_PORT),
+        SCRAPE_PATH_ANNOTATION: "/metrics",
         CONFIG_HASH_ANNOTATION: config_digest,
-        ENGINE_ANNOTATION: cache_key,
+        ENGINE_KEY: cache_key,
     }
     pod_spec: dict[str, Any] = {
         "nodeSelector": node_selector(isvc),
@@ -153,10 +165,13 @@ def build_deployment(isvc: InferenceService, *, cache_key: str, replicas: int, c
     }
     if serving.affinity:
         pod_spec["affinity"] = serving.affinity
+    meta = metadata(isvc, deployment_name(isvc), COMPONENT)
+    if desired_hash:
+        meta["annotations"] = {DESIRED_HASH_ANNOTATION: desired_hash}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": metadata(isvc, deployment_name(isvc), COMPONENT),
+        "metadata": meta,
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": selector(isvc, COMPONENT)},
@@ -164,6 +179,11 @@ def build_deployment(isvc: InferenceService, *, cache_key: str, replicas: int, c
             "template": {"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod_spec},
         },
     }
+
+
+def serving_digest(objects: list[Manifest]) -> str:
+    """One digest of the serving objects (built without it): an unchanged one on the live Deployment needs no apply."""
+    return hashlib.sha256(json.dumps(objects, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def build_service(isvc: InferenceService) -> Manifest:

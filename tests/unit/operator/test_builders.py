@@ -99,7 +99,7 @@ def test_user_batching_change_rolls_in_hot_mode_too() -> None:
 def test_no_serving_objects_before_the_engine() -> None:
     desired = desired_state(make_isvc().obj(), Observed())
     assert [o["kind"] for o in desired.objects] == ["Job"]
-    running = desired_state(make_isvc().obj(), Observed(job=JobObservation(active=True)))
+    running = desired_state(make_isvc().obj(), Observed(job=JobObservation()))  # exists, not finished
     assert running.objects == []
 
 

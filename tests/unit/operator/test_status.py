@@ -19,7 +19,7 @@ T1 = datetime(2026, 1, 1, 0, 5, tzinfo=UTC)
     ("job", "status", "reason", "needle"),
     [
         (None, "False", st.ENGINE_BUILD_PENDING, "not created"),
-        (JobObservation(active=True), "False", st.ENGINE_BUILD_RUNNING, "running"),
+        (JobObservation(), "False", st.ENGINE_BUILD_RUNNING, "running"),  # exists, not finished
         (JobObservation(unschedulable="0/3 nodes"), "False", st.ENGINE_BUILD_UNSCHEDULABLE, "product=NVIDIA-L4"),
         (JobObservation(failed=True, message="digest mismatch"), "False", st.ENGINE_BUILD_FAILED, "digest mismatch"),
         (JobObservation(failed=True), "False", st.ENGINE_BUILD_FAILED, "without a termination message"),

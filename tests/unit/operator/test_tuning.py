@@ -6,10 +6,11 @@ import asyncio
 import json
 from datetime import UTC, datetime
 
+from tailtune.api.keys import APPLIED_ANNOTATION, TUNER_STATE_ANNOTATION
 from tailtune.api.v1alpha1 import Batching, InferenceService, LatencyStatus, ObjectMeta
 from tailtune.operator.observed import DeploymentObservation, JobObservation, Observed
-from tailtune.operator.spec_checks import APPLIED_ANNOTATION, applied_config
-from tailtune.operator.tuning import STATE_ANNOTATION, slo_condition_moved, state_for, tune_step
+from tailtune.operator.spec_checks import applied_config
+from tailtune.operator.tuning import slo_condition_moved, state_for, tune_step
 from tailtune.tuner.types import Observation, TunerState
 from tests.unit.factories import IsvcBuilder, make_isvc
 
@@ -100,7 +101,7 @@ def test_rolling_mode_records_without_touching_pods() -> None:
                 update={"metadata": isvc.metadata.model_copy(update={"annotations": dict(cluster.annotations)})}
             )
         decision = asyncio.run(tune_step(isvc, cluster, FixedReader(obs), NOW.replace(minute=i * 2)))
-        state_raw = cluster.annotations.get(STATE_ANNOTATION)
+        state_raw = cluster.annotations.get(TUNER_STATE_ANNOTATION)
         if decision is not None and decision.changed:
             break
     assert decision is not None and decision.changed, "the law never acted on a sustained violation"
@@ -112,10 +113,10 @@ def test_rolling_mode_records_without_touching_pods() -> None:
 def test_kept_state_is_dropped_when_the_config_moved_under_it() -> None:
     isvc = make_isvc().obj()
     kept = TunerState.initial(Batching(max_batch_size=16), 1).model_copy(update={"bad_windows": 2})
-    moved = make_isvc().annotate(STATE_ANNOTATION, json.dumps(kept.to_dict())).obj()
+    moved = make_isvc().annotate(TUNER_STATE_ANNOTATION, json.dumps(kept.to_dict())).obj()
     assert state_for(moved, applied_config(moved)).bad_windows == 0
     same = TunerState.initial(isvc.spec.serving.batching, 1).model_copy(update={"bad_windows": 2})
-    kept_ok = make_isvc().annotate(STATE_ANNOTATION, json.dumps(same.to_dict())).obj()
+    kept_ok = make_isvc().annotate(TUNER_STATE_ANNOTATION, json.dumps(same.to_dict())).obj()
     assert state_for(kept_ok, applied_config(kept_ok)).bad_windows == 2
 
 
