@@ -34,9 +34,10 @@ import numpy as np
 import numpy.typing as npt
 
 from tailtune.api.v1alpha1 import Batching, IntRange, Replicas, Slo, Tuning
-from tailtune.sim import Cluster, Trace, diurnal, mmpp, named_curve, poisson, step
+from tailtune.sim import SimCluster, Trace, diurnal, mmpp, named_curve, poisson, step
 from tailtune.sim.curves import ServiceCurve
 from tailtune.tuner.loop import tune_once
+from tailtune.tuner.simobs import observation_from_sim
 from tailtune.tuner.types import Decision, Observation, Policy, TunerState
 
 OUT = Path(__file__).resolve().parents[2] / "bench" / "out" / "tuner"
@@ -100,9 +101,9 @@ def scenarios(quick: bool) -> list[Scenario]:
     return out
 
 
-def cluster(sc: Scenario, batching: Batching, replicas: int, trace: Trace | None = None) -> Cluster:
+def cluster(sc: Scenario, batching: Batching, replicas: int, trace: Trace | None = None) -> SimCluster:
     tr = trace or sc.trace
-    return Cluster(
+    return SimCluster(
         named_curve(sc.curve),
         tr.arrivals,
         batching,
@@ -122,7 +123,7 @@ def run_static(sc: Scenario, batching: Batching, replicas: int, name: str) -> Ru
     )
 
 
-Controller = Callable[[float, Observation, Cluster], tuple[Batching, int] | None]
+Controller = Callable[[float, Observation, SimCluster], tuple[Batching, int] | None]
 
 
 def run_dynamic(sc: Scenario, name: str, start: Batching, controller: Controller) -> Run:
@@ -132,7 +133,7 @@ def run_dynamic(sc: Scenario, name: str, start: Batching, controller: Controller
     t = INTERVAL
     while t <= sc.trace.duration_s:
         c.advance(t)
-        obs = c.observe(WINDOW, 99.0, span_s=60.0)
+        obs = observation_from_sim(c.observe(WINDOW, 99.0, span_s=60.0))
         new = controller(t, obs, c)
         if new is not None and (new[0] != c.batching or new[1] != c.replicas):
             c.apply(*new)
@@ -147,7 +148,7 @@ def run_dynamic(sc: Scenario, name: str, start: Batching, controller: Controller
 class _SimSide:
     """The simulator as the tuner loop's reader, applier and recorder."""
 
-    def __init__(self, c: Cluster, obs: Observation) -> None:
+    def __init__(self, c: SimCluster, obs: Observation) -> None:
         self.c, self.obs = c, obs
         self.applied: tuple[Batching, int] | None = None
 
@@ -168,7 +169,7 @@ def run_tailtune(sc: Scenario, start: Batching, name: str) -> Run:
     )
     state = TunerState.initial(start, 1)
 
-    def control(t: float, obs: Observation, c: Cluster) -> tuple[Batching, int] | None:
+    def control(t: float, obs: Observation, c: SimCluster) -> tuple[Batching, int] | None:
         nonlocal state
         side = _SimSide(c, obs)
         state, _ = tune_once(side, side, side, state, policy, c.clock(t))
@@ -180,7 +181,7 @@ def run_tailtune(sc: Scenario, start: Batching, name: str) -> Run:
 def run_aimd(sc: Scenario) -> Run:
     mb = ENGINE_MAX
 
-    def control(t: float, obs: Observation, c: Cluster) -> tuple[Batching, int] | None:
+    def control(t: float, obs: Observation, c: SimCluster) -> tuple[Batching, int] | None:
         nonlocal mb
         if obs.p_latency_ms is None:
             return None

@@ -1,16 +1,18 @@
 """Discrete-event model of Triton's dynamic batcher, for benchmarks and planning.
 
-It reports the same `Observation` the Prometheus reader gives, so the tuner runs unchanged against it.
+It reports `WindowStats`, the fields of the `Observation` the Prometheus reader gives
+(`tailtune.tuner.simobs` converts), so the tuner runs unchanged against it.
 """
 
 from tailtune.sim.arrivals import Trace, deterministic, diurnal, mmpp, poisson, step
-from tailtune.sim.cluster import Cluster
+from tailtune.sim.cluster import SimCluster, WindowStats
 from tailtune.sim.curves import ServiceCurve, bert_base_l4, linear_power, named_curve
 
 __all__ = [
-    "Cluster",
     "ServiceCurve",
+    "SimCluster",
     "Trace",
+    "WindowStats",
     "bert_base_l4",
     "deterministic",
     "diurnal",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
@@ -11,14 +12,33 @@ from tailtune.api.v1alpha1 import Batching
 from tailtune.sim.arrivals import Times
 from tailtune.sim.batcher import Replica
 from tailtune.sim.curves import ServiceCurve
-from tailtune.tuner.types import Observation
 
 EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 
 Routing = Literal["round_robin", "random"]
 
 
-class Cluster:
+@dataclass(frozen=True)
+class WindowStats:
+    """One window of the simulated replicas, measured the way Prometheus measures Triton.
+
+    The fields of the tuner's `Observation` (`tailtune.tuner.simobs` converts), so the tuner runs unchanged
+    against the simulator; None where the window holds no request.
+    """
+
+    window_end: datetime
+    span_seconds: float
+    p_latency_ms: float | None = None
+    request_rate: float | None = None
+    queue_ms: float | None = None
+    compute_ms: float | None = None
+    avg_batch: float | None = None
+    queue_growth_rps: float | None = None  # growth of the pending-request count, req/s
+    ready_replicas: int | None = None
+    sample_count: int | None = None
+
+
+class SimCluster:
     """Replicas (one device each) fed by one arrival trace, reconfigurable while it runs.
 
     Drive it forward with `advance(t)`, read windows with `observe`, change the config with `apply`.
@@ -133,7 +153,7 @@ class Cluster:
             # The newest goes first; it keeps draining what it queued.
             self._active.pop()
 
-    def observe(self, window_s: float, percentile: float, span_s: float | None = None) -> Observation:
+    def observe(self, window_s: float, percentile: float, span_s: float | None = None) -> WindowStats:
         """The window ending now, as the Prometheus reader reports it.
 
         Latency is the conservative aggregate (max over pods of each pod's percentile); rate, queue and
@@ -146,7 +166,7 @@ class Cluster:
         ready = self.ready_replicas()
         growth = sum(r.pending(end) - r.pending(end - span) for r in self._all) / span
         if count == 0:
-            return Observation(
+            return WindowStats(
                 window_end=self.clock(end),
                 span_seconds=span,
                 request_rate=0.0,
@@ -157,7 +177,7 @@ class Cluster:
         queue = float(sum(s.queue_s.sum() for s in stats)) / count
         compute = float(sum(s.compute_s.sum() for s in stats)) / count
         executions = float(sum((1.0 / s.batch).sum() for s in stats))
-        return Observation(
+        return WindowStats(
             window_end=self.clock(end),
             span_seconds=span,
             p_latency_ms=p * 1000,

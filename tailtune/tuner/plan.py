@@ -13,7 +13,8 @@ from typing import TextIO
 import numpy as np
 
 from tailtune.api.v1alpha1 import Batching, IntRange, Replicas, Slo, Tuning
-from tailtune.sim import Cluster, linear_power, named_curve, poisson
+from tailtune.sim import SimCluster as Cluster
+from tailtune.sim import linear_power, named_curve, poisson
 from tailtune.sim.curves import CURVES, ServiceCurve
 from tailtune.tuner.law import compute_target
 from tailtune.tuner.types import CurvePoint, Policy

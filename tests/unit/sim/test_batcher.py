@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tailtune.api.v1alpha1 import Batching
-from tailtune.sim import Cluster, deterministic, linear_power, poisson
+from tailtune.sim import SimCluster, deterministic, linear_power, poisson
 from tailtune.sim.batcher import Replica
 from tailtune.sim.curves import LinearPower, bert_base_l4, named_curve
 
@@ -109,7 +109,7 @@ def test_reload_applies_to_later_batches() -> None:
 
 def test_cluster_routes_round_robin_and_observes() -> None:
     trace = deterministic([i * 0.01 for i in range(100)], duration_s=2.0)
-    cluster = Cluster(FLAT_10MS, trace.arrivals, Batching(max_batch_size=4), replicas=2)
+    cluster = SimCluster(FLAT_10MS, trace.arrivals, Batching(max_batch_size=4), replicas=2)
     cluster.advance(2.0)
     obs = cluster.observe(window_s=2.0, percentile=99)
     assert obs.request_rate == pytest.approx(50.0)
@@ -125,7 +125,7 @@ def test_cluster_routes_round_robin_and_observes() -> None:
 
 def test_scale_out_waits_for_startup_and_scale_in_drains() -> None:
     trace = poisson(200.0, 60.0, seed=1)
-    cluster = Cluster(FLAT_10MS, trace.arrivals, Batching(max_batch_size=8), startup_s=10.0)
+    cluster = SimCluster(FLAT_10MS, trace.arrivals, Batching(max_batch_size=8), startup_s=10.0)
     cluster.advance(5.0)
     cluster.apply(Batching(max_batch_size=8), replicas=2)
     assert cluster.ready_replicas() == 1
@@ -138,7 +138,7 @@ def test_scale_out_waits_for_startup_and_scale_in_drains() -> None:
 
 
 def test_empty_window_has_no_latency() -> None:
-    cluster = Cluster(FLAT_10MS, np.asarray([5.0]), Batching())
+    cluster = SimCluster(FLAT_10MS, np.asarray([5.0]), Batching())
     cluster.advance(2.0)
     obs = cluster.observe(window_s=2.0, percentile=99)
     assert obs.p_latency_ms is None
@@ -147,7 +147,7 @@ def test_empty_window_has_no_latency() -> None:
 
 def test_overload_shows_backlog_growth() -> None:
     # 10 ms per request, batch 1: 100 req/s capacity against 200 req/s.
-    cluster = Cluster(FLAT_10MS, poisson(200.0, 30.0, seed=2).arrivals, Batching(max_batch_size=1))
+    cluster = SimCluster(FLAT_10MS, poisson(200.0, 30.0, seed=2).arrivals, Batching(max_batch_size=1))
     cluster.advance(30.0)
     obs = cluster.observe(window_s=10.0, percentile=99)
     assert obs.request_rate == pytest.approx(100.0, rel=0.02)
@@ -157,7 +157,7 @@ def test_overload_shows_backlog_growth() -> None:
 def test_fast_enough() -> None:
     trace = poisson(1000.0, 600.0, seed=3)
     start = time.perf_counter()
-    cluster = Cluster(linear_power(), trace.arrivals, Batching(max_batch_size=16))
+    cluster = SimCluster(linear_power(), trace.arrivals, Batching(max_batch_size=16))
     for t in range(30, 601, 30):
         cluster.advance(float(t))
         cluster.observe(60.0, 99.0)

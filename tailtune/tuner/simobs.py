@@ -1,0 +1,13 @@
+"""The simulator's windows as the tuner's observations (the simulator sits below the tuner and knows nothing of it)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tailtune.sim import WindowStats
+from tailtune.tuner.types import Observation
+
+
+def observation_from_sim(stats: WindowStats) -> Observation:
+    """The `Observation` of one simulated window: the same fields, the same meaning."""
+    return Observation(**dataclasses.asdict(stats))
