@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash hack/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
-echo "[test] ruff";         ruff check tailtune tests bench
-echo "[test] mypy";         mypy tailtune
+echo "[test] ruff";         ruff check tailtune devkit tests bench
+echo "[test] mypy";         mypy tailtune devkit
 echo "[test] import-linter"; lint-imports
 echo "[test] CRD current";   tailtune crds --check
 echo "[test] pytest"

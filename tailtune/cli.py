@@ -66,8 +66,16 @@ def _cmd_plan(rest: list[str]) -> int:
 
 
 def _cmd_demo(rest: list[str]) -> int:
-    from tailtune.dev.demo import main as demo_main
-
+    # The demo is the development harness's (devkit, beside the product), not the operator's: imported only here.
+    try:
+        from devkit.demo import main as demo_main
+    except ImportError as error:
+        print(
+            "tailtune demo needs the development harness: the `devkit` package of a tailtune checkout and its extra "
+            f"(`pip install -e '.[devkit]'` in the checkout, then run it from there); cannot import it: {error}",
+            file=sys.stderr,
+        )
+        return 2
     code: int = demo_main(rest)
     return code
 

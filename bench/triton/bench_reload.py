@@ -34,13 +34,13 @@ from typing import Any
 
 import numpy as np
 
+from devkit.triton.local import LocalTriton, start_tritonserver
+from devkit.triton.perf import PerfAnalyzer, RequestRecord, ensure_perf_analyzer, read_profile_export
+from devkit.triton.repository import local_model_input, write_model_repository
 from tailtune.api.v1alpha1 import Batching, Warmup
 from tailtune.triton import control
 from tailtune.triton.config import ModelConfigInput, render_json, render_pbtxt
-from tailtune.triton.local import LocalTriton, start_tritonserver
 from tailtune.triton.metrics import ModelCounters, scrape_model_counters
-from tailtune.triton.perf import PerfAnalyzer, RequestRecord, ensure_perf_analyzer, read_profile_export
-from tailtune.triton.repository import local_model_input, write_model_repository
 
 MODEL = "emulated_gpu"
 CONFIG_A = Batching(max_batch_size=8, max_queue_delay_microseconds=500)

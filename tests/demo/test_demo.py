@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tailtune.dev.demo import Plan, demo_service, engine_store_manifests
+from devkit.demo import Plan, demo_service, engine_store_manifests
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -66,7 +66,7 @@ def processes_mentioning(text: str) -> list[str]:
 def test_quick_demo_brings_p99_under_the_slo_after_the_load_step(tmp_path: Path) -> None:
     out, work = tmp_path / "out", tmp_path / "work"
     result = subprocess.run(
-        [sys.executable, "-m", "tailtune.dev.demo", "--quick", "--out", str(out), "--workdir", str(work)],
+        [sys.executable, "-m", "devkit.demo", "--quick", "--out", str(out), "--workdir", str(work)],
         cwd=REPO, capture_output=True, text=True, timeout=450, check=False,
         env={**os.environ, "COLUMNS": "160"},
     )  # fmt: skip

@@ -8,9 +8,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from tailtune.api import InferenceService
-from tailtune.api.v1alpha1 import Batching
-from tailtune.dev.emulation import (
+from devkit.emulation import (
     Curve,
     EmulationError,
     curve_from_annotations,
@@ -19,6 +17,8 @@ from tailtune.dev.emulation import (
     emulate_pbtxt,
     emulation_parameters,
 )
+from tailtune.api import InferenceService
+from tailtune.api.v1alpha1 import Batching
 from tailtune.operator.modelconfig import model_config_json, model_config_pbtxt
 from tailtune.triton.config import batching_from_config, config_from_json
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tailtune.dev.load import Buckets, LoadGenerator, Phase, Samples, infer_body, percentile, rate_at
+from devkit.load import Buckets, LoadGenerator, Phase, Samples, infer_body, percentile, rate_at
 
 
 def test_rate_schedule() -> None:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tailtune.dev.pods import (
+from devkit.pods import (
     RUNTIME_LABEL,
     ContainerView,
     Mounts,
@@ -18,7 +18,7 @@ from tailtune.dev.pods import (
     pod_status,
     without_flags,
 )
-from tailtune.dev.runtime import IpPool, is_engine_build, is_triton
+from devkit.runtime import IpPool, is_engine_build, is_triton
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 T1 = datetime(2026, 1, 1, 12, 0, 5, tzinfo=UTC)

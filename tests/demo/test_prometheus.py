@@ -11,7 +11,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
-from tailtune.dev.prometheus import (
+from devkit.prometheus import (
     PodDiscovery,
     active_targets,
     pod_target_groups,

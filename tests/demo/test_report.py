@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tailtune.dev.load import Samples, window_stats
-from tailtune.dev.report import Decision, Tick, markdown, rolling_p99, settle_time, summarize, write_report
+from devkit.load import Samples, window_stats
+from devkit.report import Decision, Tick, markdown, rolling_p99, settle_time, summarize, write_report
 
 SLO = 100.0
 

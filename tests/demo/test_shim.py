@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
-from tailtune.dev.shim import Shim
+from devkit.shim import Shim
 
 PARAMS = {"model_kind": "emulated_gpu", "base_ms": "8"}
 GPU_CONFIG = {

@@ -1,4 +1,4 @@
-"""Fixtures for end-to-end tests against the local cluster of hack/cluster/cluster.py.
+"""Fixtures for end-to-end tests against the local cluster of devkit.cluster (`python -m devkit.cluster`).
 
 The cluster comes up once per session, right after collection when e2e tests are selected (so a cold build
 of the binaries does not count against a test's timeout), and goes down at the end if this session started
@@ -24,8 +24,10 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
+from devkit.cluster import LocalCluster, state_dir
+
 REPO = Path(__file__).resolve().parents[2]
-CLUSTER_PY = REPO / "hack" / "cluster" / "cluster.py"
+BUILD_SH = REPO / "hack" / "cluster" / "build.sh"
 E2E_DIR = Path(__file__).resolve().parent
 T = TypeVar("T")
 
@@ -98,8 +100,9 @@ class _Session:
 _session = _Session()
 
 
-def _run_cluster_py(command: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(CLUSTER_PY), command], capture_output=True, text=True, check=False)
+def _run_local_cluster(command: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "devkit.cluster", command]
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
 
 
 def _bin_dir() -> Path:
@@ -107,15 +110,10 @@ def _bin_dir() -> Path:
     given = os.environ.get("TAILTUNE_CLUSTER_BIN")
     if given:
         return Path(given)
-    result = subprocess.run(["bash", str(CLUSTER_PY.parent / "build.sh")], capture_output=True, text=True)
+    result = subprocess.run(["bash", str(BUILD_SH)], capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"hack/cluster/build.sh failed:\n{result.stderr[-4000:]}")
     return Path(result.stdout.strip().splitlines()[-1])
-
-
-def _state_file() -> Path:
-    root = os.environ.get("TAILTUNE_CLUSTER_DIR") or REPO / ".cache" / "cluster"
-    return Path(root) / "cluster.json"
 
 
 def _bring_up() -> None:
@@ -127,13 +125,13 @@ def _bring_up() -> None:
             if given:
                 _session.cluster = Cluster(Path(given), _bin_dir())
             else:
-                _session.started_here = _run_cluster_py("status").returncode != 0
-                up = _run_cluster_py("up")
+                _session.started_here = _run_local_cluster("status").returncode != 0
+                up = _run_local_cluster("up")
                 if up.returncode != 0:
-                    raise RuntimeError(f"hack/cluster/cluster.py up failed:\n{up.stderr[-6000:]}")
+                    raise RuntimeError(f"python -m devkit.cluster up failed:\n{up.stderr[-6000:]}")
                 sys.stderr.write(up.stderr)
-                state = json.loads(_state_file().read_text())
-                _session.cluster = Cluster(Path(state["kubeconfig"]), Path(state["bin_dir"]))
+                local = LocalCluster.load(state_dir() / "cluster.json")
+                _session.cluster = Cluster(Path(local.kubeconfig), Path(local.bin_dir))
         except Exception as error:  # reported by every e2e test, as a failure
             _session.error = str(error)
 
@@ -161,9 +159,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if _session.started_here and os.environ.get("TAILTUNE_KEEP_CLUSTER") != "1":
-        result = _run_cluster_py("down")
+        result = _run_local_cluster("down")
         if result.returncode != 0:
-            sys.stderr.write(f"hack/cluster/cluster.py down failed:\n{result.stderr}")
+            sys.stderr.write(f"python -m devkit.cluster down failed:\n{result.stderr}")
 
 
 # ------------------------------------------------------------------------------------------ fixtures

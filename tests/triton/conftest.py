@@ -16,10 +16,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from devkit.triton.local import LocalTriton, TritonNotFound, find_triton, start_tritonserver
+from devkit.triton.repository import ModelKind, write_model_repository
 from tailtune.triton import control
 from tailtune.triton.config import ModelConfigInput
-from tailtune.triton.local import LocalTriton, TritonNotFound, find_triton, start_tritonserver
-from tailtune.triton.repository import ModelKind, write_model_repository
 
 
 @pytest.fixture(scope="session")

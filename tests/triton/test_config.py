@@ -10,6 +10,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from devkit.triton.onnx_models import build_mlp, mlp_reference
 from tailtune.api.v1alpha1 import Batching, QueuePolicy, TensorSpec, Warmup
 from tailtune.triton.config import (
     ConfigError,
@@ -25,7 +26,6 @@ from tailtune.triton.config import (
     validate,
 )
 from tailtune.triton.metrics import ModelCounters, parse_model_counters, parse_p99_summary_us
-from tailtune.triton.onnx_models import build_mlp, mlp_reference
 
 
 def trt_input(**update: Any) -> ModelConfigInput:

@@ -13,6 +13,9 @@ import numpy as np
 import pytest
 from tritonclient.grpc import model_config_pb2
 
+from devkit.triton.local import LocalTriton, start_tritonserver
+from devkit.triton.onnx_models import build_mlp, mlp_reference
+from devkit.triton.repository import ModelKind, local_model_input, write_model_repository
 from tailtune.api.v1alpha1 import Batching, QueuePolicy, Warmup
 from tailtune.triton import control
 from tailtune.triton.config import (
@@ -26,10 +29,7 @@ from tailtune.triton.config import (
     queue_policy_from_config,
     render_json,
 )
-from tailtune.triton.local import LocalTriton, start_tritonserver
 from tailtune.triton.metrics import scrape_model_counters
-from tailtune.triton.onnx_models import build_mlp, mlp_reference
-from tailtune.triton.repository import ModelKind, local_model_input, write_model_repository
 
 from .conftest import Deployer, Load, http_ready, infer, read_counter
 

@@ -18,8 +18,8 @@ from typing import Any
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
+from devkit.triton.repository import DESCRIPTIONS, ModelKind
 from tailtune.triton.config import ModelConfig, config_from_json, config_to_json
-from tailtune.triton.repository import DESCRIPTIONS, ModelKind
 
 MODEL_KIND: ModelKind = "emulated_gpu"
 # Pod annotations that set the emulated device's service-time curve (serving.podAnnotations in the spec).

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tailtune.dev.load import WindowStats, window_stats
+from devkit.load import WindowStats, window_stats
 
 ROLLING_S = 5.0
 

@@ -12,10 +12,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal, get_args
 
+from devkit.triton.local import venv_site_packages
+from devkit.triton.onnx_models import build_mlp
 from tailtune.api.v1alpha1 import Batching, QueuePolicy, TensorSpec, Warmup
 from tailtune.triton.config import InstanceGroup, ModelConfigInput, render_pbtxt
-from tailtune.triton.local import venv_site_packages
-from tailtune.triton.onnx_models import build_mlp
 
 ModelKind = Literal["onnx_mlp", "emulated_gpu"]
 MODEL_KINDS: tuple[ModelKind, ...] = get_args(ModelKind)
@@ -80,7 +80,7 @@ def write_model_repository(
     model_dir = Path(dest) / name
     version = model_dir / "1"
     version.mkdir(parents=True, exist_ok=True)
-    source = resources.files("tailtune.triton").joinpath("models", kind, "model.py")
+    source = resources.files("devkit.triton").joinpath("models", kind, "model.py")
     (version / "model.py").write_text(source.read_text())
     if kind == "onnx_mlp":
         if (

@@ -1,6 +1,6 @@
 """A process runtime ("kubelet") for the local cluster: pods on its nodes run as local processes.
 
-    python -m tailtune.dev.runtime --kubeconfig K --workdir W [--node demo-l4-0 --node demo-l4-1]
+    python -m devkit.runtime --kubeconfig K --workdir W [--node demo-l4-0 --node demo-l4-1]
 
 It registers its own nodes (fake GPUs, no kwok annotation, so kwok leaves them alone), keeps them Ready
 (a Lease renewed in kube-node-lease, node status heartbeats), watches the pods bound to them and runs:
@@ -10,9 +10,9 @@ It registers its own nodes (fake GPUs, no kwok annotation, so kwok leaves them a
   container's terminated message; the pod ends Succeeded or Failed with the builder's exit code;
 - a Triton pod as a real `tritonserver` bound to the pod's IP (127.0.1.N, loopback: nothing leaves this
   machine), on a repository built from the pod's ConfigMap with the model swapped for the EMULATED
-  accelerator (`tailtune.dev.emulation`); the pod is Ready when its readiness probe
+  accelerator (`devkit.emulation`); the pod is Ready when its readiness probe
   (`/v2/models/<m>/ready`) answers 200, so warmup gates readiness for real. Ports 8000 (HTTP) and 8001
-  (gRPC) are the emulation shim (`tailtune.dev.shim`) in front of Triton's 18000/18001; 8002 (metrics)
+  (gRPC) are the emulation shim (`devkit.shim`) in front of Triton's 18000/18001; 8002 (metrics)
   is Triton's own.
 
 Deleting a pod stops its processes (SIGTERM, SIGKILL after the grace period), frees its IP and removes the
@@ -33,17 +33,15 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
-
-from tailtune.dev.emulation import EmulationError, curve_from_annotations, emulate_pbtxt, emulation_parameters
-from tailtune.dev.pods import (
+from devkit.emulation import EmulationError, curve_from_annotations, emulate_pbtxt, emulation_parameters
+from devkit.kubeclient import ApiError, KubeClient
+from devkit.pods import (
     ContainerView,
     Manifest,
     Mounts,
@@ -56,11 +54,11 @@ from tailtune.dev.pods import (
     pod_status,
     without_flags,
 )
-from tailtune.dev.procs import Process
-from tailtune.dev.shim import Shim
-from tailtune.triton.local import find_triton, prepare_backend_dir, server_command, venv_site_packages
+from devkit.procs import Process
+from devkit.shim import Shim
+from devkit.triton.local import find_triton, prepare_backend_dir, server_command, venv_site_packages
 
-log = logging.getLogger("tailtune.dev.runtime")
+log = logging.getLogger("devkit.runtime")
 
 IP_PREFIX = "127.0.1."
 IP_FIRST, IP_LAST = 2, 254
@@ -77,107 +75,6 @@ MAX_GRACE_S = 15.0
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-# ------------------------------------------------------------------------------------------ API access
-
-
-class Kube:
-    """The runtime's API calls, on raw JSON (dicts), with the kubernetes client's transport."""
-
-    def __init__(self, api: client.ApiClient) -> None:
-        self.core = client.CoreV1Api(api)
-        self.coordination = client.CoordinationV1Api(api)
-
-    @staticmethod
-    def _json(response: Any) -> Manifest:
-        data: Manifest = json.loads(response.data)
-        return data
-
-    def list_pods(self, node: str) -> Manifest:
-        """PodList of the pods bound to `node`."""
-        sel = f"spec.nodeName={node}"
-        return self._json(self.core.list_pod_for_all_namespaces(field_selector=sel, _preload_content=False))
-
-    def watch_pods(self, node: str, resource_version: str, timeout_s: int) -> Iterator[Manifest]:
-        """Watch events of the pods bound to `node` from `resource_version`, for at most `timeout_s`."""
-        response = self.core.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={node}",
-            watch=True,
-            resource_version=resource_version,
-            timeout_seconds=timeout_s,
-            allow_watch_bookmarks=True,
-            _preload_content=False,
-            _request_timeout=timeout_s + 10,
-        )
-        try:
-            for line in response:
-                if line.strip():
-                    event: Manifest = json.loads(line)
-                    yield event
-        finally:
-            response.release_conn()
-
-    def get(self, read: Callable[..., Any], *args: str) -> Manifest | None:
-        """A read, or None on 404."""
-        try:
-            return self._json(read(*args, _preload_content=False))
-        except client.ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def patch_pod_status(self, namespace: str, name: str, status: Manifest) -> None:
-        self.core.patch_namespaced_pod_status(
-            name,
-            namespace,
-            {"status": status},
-            _content_type="application/strategic-merge-patch+json",
-            _preload_content=False,
-        )
-
-    def delete_pod_now(self, namespace: str, name: str, uid: str) -> None:
-        """The kubelet's final delete: grace 0, only this incarnation of the pod."""
-        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
-        try:
-            self.core.delete_namespaced_pod(name, namespace, body=body, grace_period_seconds=0, _preload_content=False)
-        except client.ApiException as exc:
-            if exc.status not in (404, 409):
-                raise
-
-    def register_node(self, node: Manifest) -> str:
-        """Create the node, or refresh labels and status of an existing one; return its uid."""
-        name = node["metadata"]["name"]
-        try:
-            created = self._json(self.core.create_node(node, _preload_content=False))
-            return str(created["metadata"]["uid"])
-        except client.ApiException as exc:
-            if exc.status != 409:
-                raise
-        self.core.patch_node(name, {"metadata": {"labels": node["metadata"]["labels"]}}, _preload_content=False)
-        self.patch_node_status(name, node["status"])
-        live = self.get(self.core.read_node, name)
-        return str(live["metadata"]["uid"]) if live else ""
-
-    def patch_node_status(self, name: str, status: Manifest) -> None:
-        self.core.patch_node_status(
-            name, {"status": status}, _content_type="application/strategic-merge-patch+json", _preload_content=False
-        )
-
-    def renew_lease(self, lease: Manifest) -> None:
-        meta = lease["metadata"]
-        try:
-            self.coordination.patch_namespaced_lease(
-                meta["name"],
-                meta["namespace"],
-                {"spec": lease["spec"]},
-                _content_type="application/merge-patch+json",
-                _preload_content=False,
-            )
-        except client.ApiException as exc:
-            if exc.status != 404:
-                raise
-            self.coordination.create_namespaced_lease(meta["namespace"], lease, _preload_content=False)
 
 
 # ----------------------------------------------------------------------------------------- processes
@@ -291,7 +188,7 @@ class LocalPod:
 class Runtime:
     """Owns `nodes`; runs their pods. `run()` loops in the calling (main) thread until `stop` is set."""
 
-    def __init__(self, kube: Kube, nodes: list[NodeSpec], workdir: Path) -> None:
+    def __init__(self, kube: KubeClient, nodes: list[NodeSpec], workdir: Path) -> None:
         self.kube = kube
         self.nodes = nodes
         self.workdir = workdir
@@ -432,7 +329,7 @@ class Runtime:
             else:
                 self.prepare_build(lp, pod)
             self.launch(lp)
-        except (PodError, EmulationError, OSError, RuntimeError, client.ApiException) as exc:
+        except (PodError, EmulationError, OSError, RuntimeError, ApiError) as exc:
             log.warning("%s cannot run: %s", lp.key, exc)
             self.fail(lp, pod, "LocalRuntimeError", str(exc))
         return lp
@@ -458,10 +355,10 @@ class Runtime:
             name = volume["name"]
             if "persistentVolumeClaim" in volume:
                 claim = volume["persistentVolumeClaim"]["claimName"]
-                pvc = self.kube.get(self.kube.core.read_namespaced_persistent_volume_claim, claim, ns)
+                pvc = self.kube.read_pvc(ns, claim)
                 if pvc is None or not pvc.get("spec", {}).get("volumeName"):
                     raise PodError(f"PersistentVolumeClaim {ns}/{claim} is missing or not bound")
-                pv = self.kube.get(self.kube.core.read_persistent_volume, pvc["spec"]["volumeName"])
+                pv = self.kube.read_pv(pvc["spec"]["volumeName"])
                 host = (pv or {}).get("spec", {}).get("hostPath", {}).get("path") or (pv or {}).get("spec", {}).get(
                     "local", {}
                 ).get("path")
@@ -471,7 +368,7 @@ class Runtime:
                 paths[name].mkdir(parents=True, exist_ok=True)
             elif "configMap" in volume:
                 cm_name = volume["configMap"]["name"]
-                cm = self.kube.get(self.kube.core.read_namespaced_config_map, cm_name, ns)
+                cm = self.kube.read_config_map(ns, cm_name)
                 if cm is None:
                     raise PodError(f'configmap "{cm_name}" not found')
                 folder = lp.dir / "volumes" / name
@@ -543,7 +440,7 @@ class Runtime:
         version = repo / model / "1"
         version.mkdir(parents=True, exist_ok=True)
         (repo / model / "config.pbtxt").write_text(emulate_pbtxt(config_text, params))
-        model_py = resources.files("tailtune.triton").joinpath("models", "emulated_gpu", "model.py")
+        model_py = resources.files("devkit.triton").joinpath("models", "emulated_gpu", "model.py")
         (version / "model.py").write_text(model_py.read_text())
         link = version / artifacts[0].name
         link.unlink(missing_ok=True)
@@ -764,7 +661,7 @@ def _strip_times(status: Manifest) -> Manifest:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the runtime until SIGTERM/SIGINT."""
-    parser = argparse.ArgumentParser(prog="python -m tailtune.dev.runtime", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devkit.runtime", description=__doc__)
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--workdir", type=Path, required=True, help="pod folders, logs and pid records")
     parser.add_argument("--node", action="append", help="node to own (repeatable); default demo-l4-0, demo-l4-1")
@@ -775,9 +672,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir: Path = args.workdir.resolve()
     for sub in ("pids", "pods"):
         (workdir / sub).mkdir(parents=True, exist_ok=True)
-    api = config.new_client_from_config(config_file=args.kubeconfig)
     nodes = [NodeSpec(n, args.gpu_product, args.gpus) for n in (args.node or ["demo-l4-0", "demo-l4-1"])]
-    runtime = Runtime(Kube(api), nodes, workdir)
+    runtime = Runtime(KubeClient.from_kubeconfig(args.kubeconfig), nodes, workdir)
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("signal %d: stopping", signum)

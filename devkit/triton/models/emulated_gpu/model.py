@@ -20,7 +20,7 @@ import time
 
 
 def _use_site_packages():
-    # The stub embeds its own Python; a server not started by tailtune.triton.local may not lead it to the
+    # The stub embeds its own Python; a server not started by devkit.triton.local may not lead it to the
     # venv, so take the `site_packages` parameter from the config on disk before numpy is imported.
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:

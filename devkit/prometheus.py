@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from tailtune.dev.procs import Process
+from devkit.procs import Process
 
 APT_HINT = "apt-get install -y --no-install-recommends prometheus"
 

@@ -4,7 +4,7 @@ Clients reach a pod at `<podIP>:8000` (HTTP) and `<podIP>:8001` (gRPC) as in a c
 every request to the real `tritonserver` (same IP, ports 18000/18001) unchanged, except a model load with a
 config override (`POST /v2/repository/models/<m>/load`, gRPC `RepositoryModelLoad`: the tuner's hot
 reload, written for a GPU backend), which gets the same emulation rewrite as the pod's repository
-(`tailtune.dev.emulation`). Metrics (8002) are Triton's own port.
+(`devkit.emulation`). Metrics (8002) are Triton's own port.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc  # type: ignore[import-untyped]  # grpcio ships no type stubs
 
-from tailtune.dev.emulation import EmulationError, emulate_grpc_load, emulate_load_body
+from devkit.emulation import EmulationError, emulate_grpc_load, emulate_load_body
 
 log = logging.getLogger(__name__)
 

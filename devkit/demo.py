@@ -1,13 +1,14 @@
 """`tailtune demo`: the whole loop on one machine, every part real except the GPU.
 
-    python -m tailtune.dev.demo [--quick | --duration S] [--low-rps R] [--high-rps R] [--out DIR]
+    python -m devkit.demo [--quick | --duration S] [--low-rps R] [--high-rps R] [--out DIR]
 
-Brings up the local control plane (hack/cluster/cluster.py), installs the CRD, an engine-store PV/PVC,
-starts the process runtime (tailtune.dev.runtime: real tritonserver per pod, EMULATED accelerator), a real
-Prometheus, and the operator; applies examples/demo.yaml (the model file is served from 127.0.0.1); waits
-for the first Ready pod; sends open-loop Poisson load that steps from --low-rps to --high-rps; shows a live
-table; writes report.png, summary.json/.md and timeline.json under --out (default out/demo/); tears
-everything down on exit or Ctrl-C. Exit 0 when the client-side P99 is under the SLO after the step.
+Runs from a tailtune checkout (devkit.checkout). Brings up the local cluster (devkit.cluster), installs the
+CRD, an engine-store PV/PVC, starts the process runtime (devkit.runtime: real tritonserver per pod, EMULATED
+accelerator), a real Prometheus, and the operator; applies examples/demo.yaml (the model file is served from
+127.0.0.1); waits for the first Ready pod; sends open-loop Poisson load that steps from --low-rps to
+--high-rps; shows a live table; writes report.png, summary.json/.md and timeline.json under --out (default
+out/demo/); tears everything down on exit or Ctrl-C. Exit 0 when the client-side P99 is under the SLO after
+the step.
 """
 
 from __future__ import annotations
@@ -36,23 +37,22 @@ from types import FrameType
 from typing import Any
 
 import yaml
-from kubernetes import client, config
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from tailtune.dev.load import Buckets, LoadGenerator, Phase, infer_body, rate_at
-from tailtune.dev.procs import Process, kill_recorded, recorded_alive
-from tailtune.dev.prometheus import PodDiscovery, render_config, scalar, start_prometheus
-from tailtune.dev.report import Decision, Summary, Tick, summarize, write_report
-from tailtune.dev.runtime import UPSTREAM_HTTP_PORT
-from tailtune.operator.spec_checks import APPLIED_ANNOTATION
-from tailtune.operator.tuning import STATE_ANNOTATION
-from tailtune.triton.onnx_models import build_mlp
+from devkit.checkout import Checkout, CheckoutNotFound, find_checkout
+from devkit.cluster import LocalCluster
+from devkit.kubeclient import ApiError, KubeClient
+from devkit.load import Buckets, LoadGenerator, Phase, infer_body, rate_at
+from devkit.procs import Process, kill_recorded, recorded_alive
+from devkit.prometheus import PodDiscovery, render_config, scalar, start_prometheus
+from devkit.report import Decision, Summary, Tick, summarize, write_report
+from devkit.runtime import UPSTREAM_HTTP_PORT
+from devkit.triton.onnx_models import build_mlp
+from tailtune.api.keys import APPLIED_ANNOTATION
+from tailtune.api.keys import TUNER_STATE_ANNOTATION as STATE_ANNOTATION
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "demo.yaml"
-CLUSTER_PY = REPO / "hack" / "cluster" / "cluster.py"
 MODEL_PATH = "/models/mlp-16x64x16.onnx"
 TRITON_COMPONENT = "app.kubernetes.io/component=triton"
 READY_TIMEOUT_S = 240.0
@@ -169,12 +169,12 @@ class ModelServer:
 
 
 @dataclass
-class Cluster:
-    """The running local cluster: kubeconfig, binaries, API clients."""
+class DemoCluster:
+    """The local cluster this run brought up, with kubectl and the harness's API client bound to it."""
 
     kubeconfig: Path
     bin_dir: Path
-    api: client.ApiClient = field(repr=False)
+    kube: KubeClient = field(repr=False)
 
     def kubectl(self, *args: str, stdin: str | None = None) -> str:
         result = subprocess.run(
@@ -190,17 +190,10 @@ class Cluster:
 
     def raw(self, path: str) -> dict[str, Any] | None:
         """GET an API path as JSON; None on 404."""
-        method, url, headers, _, _ = self.api.param_serialize(
-            method="GET", resource_path=path, auth_settings=["BearerToken"]
-        )
-        response = self.api.call_api(method, url, header_params=headers, _request_timeout=10)
-        response.read()
-        if response.status == 404:
-            return None
-        if not 200 <= response.status < 300:
-            raise DemoError(f"GET {path}: HTTP {response.status}")
-        doc: dict[str, Any] = json.loads(response.data)
-        return doc
+        try:
+            return self.kube.raw(path)
+        except ApiError as exc:
+            raise DemoError(f"GET {path}: HTTP {exc.status}") from exc
 
 
 # ---------------------------------------------------------------------------------------------- the demo
@@ -209,8 +202,10 @@ class Cluster:
 class Demo:
     """One run; `run()` returns the exit code. Every start registers its stop on `self.stack`."""
 
-    def __init__(self, args: argparse.Namespace, console: Console) -> None:
+    def __init__(self, args: argparse.Namespace, console: Console, checkout: Checkout) -> None:
         self.args = args
+        self.checkout = checkout
+        self.example_path = checkout.examples / "demo.yaml"
         self.console = console
         self.plan = Plan.from_args(args)
         self.t0 = time.monotonic()
@@ -220,12 +215,12 @@ class Demo:
         self.runtime_pids = self.work / "runtime" / "pids"
         self.timings: dict[str, float] = {}
         self.stack = contextlib.ExitStack()
-        self.example: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+        self.example: dict[str, Any] = yaml.safe_load(self.example_path.read_text())
         self.namespace: str = self.example["metadata"].get("namespace", "default")
         self.name: str = self.example["metadata"]["name"]
         self.model: str = self.example["spec"]["model"].get("name") or self.name
         self.slo_ms = float(self.example["spec"]["slo"]["latencyMs"])
-        self.cluster: Cluster | None = None
+        self.cluster: DemoCluster | None = None
         self.prometheus_url = ""
         self.targets: list[str] = []
         self.first_ready_s: float | None = None
@@ -246,33 +241,31 @@ class Demo:
         for sub in ("pids", "logs", "engines"):
             (self.work / sub).mkdir(parents=True, exist_ok=True)
 
-    def cluster_env(self) -> dict[str, str]:
-        return {**os.environ, "TAILTUNE_CLUSTER_DIR": str(self.work / "cluster")}
-
-    def up_cluster(self) -> Cluster:
-        self.stack.callback(self.down_cluster)  # also after a half-finished `up`
+    def cluster_command(self, command: str) -> int:
+        """`python -m devkit.cluster COMMAND` on this run's state dir, logging to logs/cluster.log."""
+        env = {
+            **os.environ,
+            "TAILTUNE_CLUSTER_DIR": str(self.work / "cluster"),
+            "TAILTUNE_CHECKOUT": str(self.checkout.root),
+        }
         with (self.work / "logs" / "cluster.log").open("ab") as out:
-            result = subprocess.run(
-                [sys.executable, str(CLUSTER_PY), "up"], env=self.cluster_env(), stdout=out, stderr=out, check=False
-            )
-        if result.returncode != 0:
-            raise DemoError(f"hack/cluster/cluster.py up failed; see {self.work / 'logs' / 'cluster.log'}")
-        state = json.loads((self.work / "cluster" / "cluster.json").read_text())
-        kubeconfig = Path(state["kubeconfig"])
-        cluster = Cluster(
-            kubeconfig, Path(state["bin_dir"]), config.new_client_from_config(config_file=str(kubeconfig))
-        )
+            argv = [sys.executable, "-m", "devkit.cluster", command]
+            return subprocess.run(argv, env=env, cwd=self.checkout.root, stdout=out, stderr=out, check=False).returncode
+
+    def up_cluster(self) -> DemoCluster:
+        self.stack.callback(self.down_cluster)  # also after a half-finished `up`
+        if self.cluster_command("up") != 0:
+            raise DemoError(f"python -m devkit.cluster up failed; see {self.work / 'logs' / 'cluster.log'}")
+        local = LocalCluster.load(self.work / "cluster" / "cluster.json")
+        cluster = DemoCluster(Path(local.kubeconfig), Path(local.bin_dir), KubeClient.from_kubeconfig(local.kubeconfig))
         self.mark("cluster up")
         return cluster
 
     def down_cluster(self) -> None:
-        with (self.work / "logs" / "cluster.log").open("ab") as out:
-            subprocess.run(
-                [sys.executable, str(CLUSTER_PY), "down"], env=self.cluster_env(), stdout=out, stderr=out, check=False
-            )
+        self.cluster_command("down")
 
-    def install(self, cluster: Cluster) -> None:
-        crds = sorted((REPO / "crds").glob("*.yaml"))
+    def install(self, cluster: DemoCluster) -> None:
+        crds = sorted(self.checkout.crds.glob("*.yaml"))
         cluster.kubectl("apply", "--server-side", "--force-conflicts", *(f"--filename={f}" for f in crds))
 
         def established() -> bool:
@@ -290,9 +283,8 @@ class Demo:
         self.mark("CRD, namespace and engine store installed")
 
     def start(self, name: str, argv: list[str], env: dict[str, str]) -> Process:
-        proc = Process.start(
-            argv, log_path=self.work / "logs" / f"{name}.log", env=env, cwd=REPO, pid_dir=self.pid_dir, name=name
-        )
+        log_path = self.work / "logs" / f"{name}.log"
+        proc = Process.start(argv, log_path=log_path, env=env, cwd=self.checkout.root, pid_dir=self.pid_dir, name=name)
         self.procs.append(proc)
         self.stack.callback(self.stop_process, proc)
         return proc
@@ -301,7 +293,7 @@ class Demo:
         code = proc.stop(grace_s=20.0)
         log(self.console, f"stopped {proc.name} (exit {code})")
 
-    def start_components(self, cluster: Cluster) -> None:
+    def start_components(self, cluster: DemoCluster) -> None:
         env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PYTHONUNBUFFERED": "1"}
         # The model file, served from 127.0.0.1 as the model URI.
         data = build_mlp(16, 64, 16, 0)
@@ -310,19 +302,12 @@ class Demo:
         self.sha256 = hashlib.sha256(data).hexdigest()
         # The runtime: our nodes, real processes.
         runtime_argv = [
-            sys.executable, "-m", "tailtune.dev.runtime", "--kubeconfig", str(cluster.kubeconfig),
+            sys.executable, "-m", "devkit.runtime", "--kubeconfig", str(cluster.kubeconfig),
             "--workdir", str(self.work / "runtime"),
         ]  # fmt: skip
         runtime = self.start("runtime", runtime_argv, env)
         # Prometheus, discovering pods through the API server.
-        core = client.CoreV1Api(cluster.api)
-
-        def list_pods() -> list[dict[str, Any]]:
-            response = core.list_namespaced_pod(self.namespace, _preload_content=False, _request_timeout=5)
-            items: list[dict[str, Any]] = json.loads(response.data)["items"]
-            return items
-
-        discovery = PodDiscovery(list_pods)
+        discovery = PodDiscovery(lambda: cluster.kube.list_namespaced_pods(self.namespace))
         discovery.start()
         self.stack.callback(discovery.stop)
         port = free_port(19090)
@@ -332,13 +317,13 @@ class Demo:
         self.prometheus_url = f"http://127.0.0.1:{port}"
         # The operator.
         operator = shlex.split(self.args.operator_command) if self.args.operator_command else [
-            sys.executable, "-m", "tailtune.dev.operator", "--namespace", self.namespace,
+            sys.executable, "-m", "devkit.operator", "--namespace", self.namespace,
         ]  # fmt: skip
         self.start("operator", operator, env)
         self.wait("the runtime's nodes Ready", 60, lambda: self.nodes_ready(cluster, runtime))
         self.mark("runtime, Prometheus and operator started")
 
-    def nodes_ready(self, cluster: Cluster, runtime: Process) -> bool:
+    def nodes_ready(self, cluster: DemoCluster, runtime: Process) -> bool:
         if runtime.poll() is not None:
             raise DemoError(f"the runtime exited:\n{self.tail('runtime')}")
         nodes = cluster.raw("/api/v1/nodes?labelSelector=dev.tailtune.io/local-runtime%3Dtrue") or {}
@@ -368,11 +353,11 @@ class Demo:
                 raise DemoError(f"timed out after {timeout_s:.0f} s waiting for {what}")
             time.sleep(0.5)
 
-    def isvc(self, cluster: Cluster) -> dict[str, Any]:
+    def isvc(self, cluster: DemoCluster) -> dict[str, Any]:
         path = f"/apis/tailtune.io/v1alpha1/namespaces/{self.namespace}/inferenceservices/{self.name}"
         return cluster.raw(path) or {}
 
-    def ready_pod_ips(self, cluster: Cluster) -> list[str]:
+    def ready_pod_ips(self, cluster: DemoCluster) -> list[str]:
         pods = cluster.raw(f"/api/v1/namespaces/{self.namespace}/pods?labelSelector={TRITON_COMPONENT}") or {}
         ips = []
         for pod in pods.get("items", []):
@@ -382,10 +367,10 @@ class Demo:
                 ips.append(status["podIP"])
         return sorted(ips)
 
-    def apply_example(self, cluster: Cluster) -> None:
+    def apply_example(self, cluster: DemoCluster) -> None:
         doc = demo_service(self.example, self.model_server.url, self.sha256, self.prometheus_url)
         cluster.apply(doc)
-        self.mark(f"applied {EXAMPLE.relative_to(REPO)} ({self.namespace}/{self.name})")
+        self.mark(f"applied {self.example_path.relative_to(self.checkout.root)} ({self.namespace}/{self.name})")
 
         def first_ready() -> bool:
             status = self.isvc(cluster).get("status", {})
@@ -401,7 +386,7 @@ class Demo:
         self.first_ready_s = self.timings["first Ready pod"]
 
     # ---- load and live view ------------------------------------------------------------------------
-    def drive(self, cluster: Cluster) -> tuple[list[Tick], list[Decision], LoadGenerator]:
+    def drive(self, cluster: DemoCluster) -> tuple[list[Tick], list[Decision], LoadGenerator]:
         plan = self.plan
         spec_input = self.example["spec"]["model"]["inputs"][0]
         load = LoadGenerator(
@@ -620,7 +605,7 @@ def _signals_interrupt() -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(checkout: Checkout) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tailtune demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -628,8 +613,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, help="seconds of load (default 240, --quick 120); the step is at 1/4")
     p.add_argument("--low-rps", type=float, default=30.0, help="load before the step (req/s)")
     p.add_argument("--high-rps", type=float, default=100.0, help="load after the step (req/s)")
-    p.add_argument("--out", type=Path, default=REPO / "out" / "demo", help="report folder")
-    p.add_argument("--workdir", type=Path, default=REPO / ".cache" / "demo", help="cluster state, logs, engines")
+    p.add_argument("--out", type=Path, default=checkout.root / "out" / "demo", help="report folder")
+    p.add_argument("--workdir", type=Path, default=checkout.cache / "demo", help="cluster state, logs, engines")
     p.add_argument(
         "--operator-command", help="command that runs the operator (default: `tailtune operator` with INFO logs)"
     )
@@ -637,11 +622,16 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the demo; 0 when its check passed, 1 when not, 130 when interrupted."""
-    args = parser().parse_args(argv)
+    """Run the demo; 0 when its check passed, 1 when not, 2 when it cannot start, 130 when interrupted."""
+    try:
+        checkout = find_checkout()
+    except CheckoutNotFound as exc:
+        print(f"tailtune demo: {exc}", file=sys.stderr)
+        return 2
+    args = parser(checkout).parse_args(argv)
     console = Console()
     try:
-        demo = Demo(args, console)
+        demo = Demo(args, console, checkout)
     except DemoError as exc:
         console.print(f"[red]demo: {exc}[/]")
         return 2

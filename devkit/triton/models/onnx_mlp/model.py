@@ -1,4 +1,4 @@
-"""A real ONNX model (tailtune.triton.onnx_models.build_mlp) run with onnxruntime on the CPU.
+"""A real ONNX model (devkit.triton.onnx_models.build_mlp) run with onnxruntime on the CPU.
 
 Triton Python-backend model: the requests of one dynamic batch are concatenated, run in one onnxruntime
 call and split back. Parameters: `onnx_file` (default `<version>/model.onnx`), `intra_op_threads`
@@ -15,7 +15,7 @@ import time
 
 
 def _use_site_packages():
-    # The stub embeds its own Python; a server not started by tailtune.triton.local may not lead it to the
+    # The stub embeds its own Python; a server not started by devkit.triton.local may not lead it to the
     # venv, so take the `site_packages` parameter from the config on disk before numpy is imported.
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:

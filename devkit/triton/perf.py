@@ -18,7 +18,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tailtune.triton.local import cache_dir, find_triton
+from devkit.triton.local import cache_dir, find_triton
 
 VERSION = "2.41.1"
 _MEMBER = f"tritonclient-{VERSION}.data/data/bin/perf_analyzer"
