@@ -11,6 +11,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # Only what the package build needs, so .venv/, .git/ and caches stay out without a .dockerignore.
 WORKDIR /src
 COPY pyproject.toml README.md ./
+# Only the product: devkit/ (the development harness) stays out of the image.
 COPY tailtune ./tailtune
 RUN pip install ".[operator]" \
     && cd / && rm -rf /src \

@@ -14,6 +14,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /src
 COPY pyproject.toml README.md ./
+# Only the product: devkit/ (the development harness) stays out of the image.
 COPY tailtune ./tailtune
 # The Job runs `python -m tailtune.engine_builder build ...`: make sure `python` exists, not only `python3`.
 RUN pip install ".[builder]" \
