@@ -1,4 +1,4 @@
-"""The `tailtune` command: operator, crds, plan, demo."""
+"""The `tailtune` command: operator, crds, plan, simulate, demo."""
 
 from __future__ import annotations
 
@@ -65,6 +65,13 @@ def _cmd_plan(rest: list[str]) -> int:
     return code
 
 
+def _cmd_simulate(rest: list[str]) -> int:
+    from tailtune.tuner.simulate import main as simulate_main
+
+    code: int = simulate_main(rest)
+    return code
+
+
 def _cmd_demo(rest: list[str]) -> int:
     # The demo is the development harness's (devkit, beside the product), not the operator's: imported only here.
     try:
@@ -99,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     crds.add_argument("--check", action="store_true", help="fail when the file in DIR (default crds/) is stale")
 
     sub.add_parser("plan", help="starting config and predicted P99 for a service curve and a load", add_help=False)
+    sub.add_parser("simulate", help="what-if: a tuning policy on your measured curve and recorded trace",
+                   add_help=False)  # fmt: skip
     sub.add_parser("demo", help="the whole loop on this machine (local cluster, real Triton, Prometheus, load)",
                    add_help=False)  # fmt: skip
     return parser
@@ -110,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     if argv and argv[0] == "plan":
         return _cmd_plan(argv[1:])
+    if argv and argv[0] == "simulate":
+        return _cmd_simulate(argv[1:])
     if argv and argv[0] == "demo":
         return _cmd_demo(argv[1:])
     args = parser.parse_args(argv)

@@ -1,534 +1,316 @@
-"""Benchmark of the SLO tuner against the oracle and the known baselines, in the simulator.
+"""Benchmark of the SLO tuner on generated families of curves, traces and starts, in the simulator.
 
-    python bench/tuner/run.py            # full: 5 traces x 2 curves, 15 min each (~10 min on 2 cores)
-    python bench/tuner/run.py --quick    # 3 traces x 2 curves, 6 min each (~1 min)
+    python bench/tuner/run.py                 # the full family (>= 100 scenarios; ~1 h of CPU: use --jobs)
+    python bench/tuner/run.py --quick         # 12 scenarios, shorter traces (~3 min on 2 cores)
+    python bench/tuner/run.py --jobs 16       # processes
 
-Every policy sees the same arrivals (same seeds) and the same service-time noise. Policies:
+Every scenario is drawn from fixed seeds: a curve family (linear, power law with exponent 0.8-1.6,
+TensorRT-style stepwise, saturating, the legacy curves of the first benchmark, and curves measured on the
+local tritonserver through `batch_stats` when `bench/tuner/curves/*.csv` has them), a trace (steps up and
+down, diurnal, bursts, flash crowds, ramps to near zero, metrics gaps, P99 noise), a start (max batch 1, 8
+or the engine's max), 1-2 instances and 1-4 replicas (the static policies and the oracle run with those
+replicas; tailtune starts with them and may scale within 1..that). Each runs `tailtune`, `triton-default`, `aimd`, the
+start config held static, and the `oracle` (per interval, the best static config of a sweep) through
+`tailtune.tuner.whatif`: the same engine as `tailtune simulate`.
 
-- triton-default: max_batch_size = engine max (64), no delay, never changed;
-- best-static: the best config of a sweep at the first load level, then kept (an oracle for that level);
-- aimd: Clipper-style additive increase (+2) / multiplicative decrease (x0.9) of max batch on P99 vs SLO,
-  from the default (64), every interval;
-- model-analyzer: an offline quick search: max batch in powers of two, each measured at rising loads,
-  keeping the one with the highest load served under the SLO (Model Analyzer's throughput objective);
-- tailtune: `tailtune.tuner.loop.tune_once` with the simulator as reader and applier, starting from the
-  InferenceService's default batching (max batch 8, no delay); tailtune@64 starts from Triton's default;
-- oracle: per window, the best of all swept static configs (no reload cost, clairvoyant).
-
-Writes bench/out/tuner/report.md and one PNG per scenario (P99 vs SLO, max batch and replicas over time).
+Writes bench/out/tuner/report.md (distribution per family: minimum, 10th percentile and median of
+goodput/oracle and of windows in SLO; the 5 worst scenarios with their decision traces) and a PNG per worst
+scenario and one of the distributions, plus results.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-from tailtune.api.v1alpha1 import Batching, IntRange, Replicas, Slo, Tuning
-from tailtune.sim import SimCluster, Trace, diurnal, mmpp, named_curve, poisson, step
-from tailtune.sim.curves import ServiceCurve
-from tailtune.tuner.loop import tune_once
-from tailtune.tuner.simobs import observation_from_sim
-from tailtune.tuner.types import Decision, Observation, Policy, TunerState
+from tailtune.tuner.whatif import PiecewiseCurve, Setup, read_curve, run_policy, summarize
 
-OUT = Path(__file__).resolve().parents[2] / "bench" / "out" / "tuner"
-ENGINE_MAX = 64
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "bench" / "out" / "tuner"
+MEASURED = ROOT / "bench" / "tuner" / "curves"
 INTERVAL = 30.0
-WINDOW = 60.0
-NOISE = 0.03
-SEED = 42
-SLO_MS = 30.0
-STATIC_POLICIES = ("triton-default", "best-static", "model-analyzer")
+FAMILIES = ("linear", "power", "stepwise", "saturating", "legacy", "measured")
+TRACES = ("step-up", "step-down", "diurnal", "bursts", "flash-crowd", "ramp-to-zero", "gap", "noise")
 
 
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    curve: str
-    trace: Trace
-    slo_ms: float
-    replicas_max: int = 1
-
-    @property
-    def first_rate(self) -> float:
-        return self.trace.segments[0][2]
+    family: str
+    trace: str
+    setup: Setup
 
 
-@dataclass
-class Run:
-    """One policy on one scenario: per-request outcomes and the knobs over time."""
+def _curve(family: str, rng: np.random.Generator, engine_max: int) -> PiecewiseCurve:
+    sizes = sorted({1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128} & set(range(1, engine_max + 1)) | {engine_max})
+    a = float(rng.uniform(1.0, 8.0))
+    if family == "linear":
+        # Best batch large: a big fixed cost per execution, a small cost per request.
+        c = a / float(rng.uniform(20, 80))
+        pts = [(b, a + c * b) for b in sizes]
+        label = f"linear(a={a:.1f},c={c:.3f})"
+    elif family == "power":
+        p = float(rng.uniform(0.8, 1.6))
+        c = a / float(rng.uniform(4, 30))
+        pts = [(b, a + c * b**p) for b in sizes]
+        label = f"power(a={a:.1f},c={c:.2f},p={p:.2f})"
+    elif family == "stepwise":
+        # Flat plateaus, one per optimization-profile range (TensorRT picks kernels per range).
+        edges = sorted({int(x) for x in rng.choice([4, 8, 16, 32, 64], size=3, replace=False)})
+        step_ms = a * float(rng.uniform(0.4, 1.2))
+        pts = [(b, a + step_ms * sum(1 for e in edges if b > e) * (1 + b / engine_max)) for b in sizes]
+        label = f"stepwise(a={a:.1f},edges={edges})"
+    elif family == "saturating":
+        k = float(rng.uniform(4, 32))
+        top = a * float(rng.uniform(1.5, 4))
+        pts = [(b, a + top * (1 - math.exp(-b / k)) + 0.02 * a * b) for b in sizes]
+        label = f"saturating(a={a:.1f},k={k:.0f})"
+    elif family == "legacy":
+        if rng.random() < 0.5:
+            pts = [(b, 2.0 + 0.4 * b**1.3) for b in sizes]
+            label = "linear-power(2,0.4,1.3)"
+        else:
+            table = {1: 4.0, 2: 4.3, 4: 4.9, 8: 6.3, 16: 11.0, 32: 23.5, 64: 51.0, 128: 110.0}
+            pts = [(b, ms) for b, ms in table.items() if b <= engine_max]
+            label = "bert-base-l4"
+    else:
+        raise ValueError(family)
+    return PiecewiseCurve(tuple((b, round(ms, 4)) for b, ms in pts), label)
 
-    policy: str
-    arrivals: npt.NDArray[np.float64]
-    latency: npt.NDArray[np.float64]
-    knobs: list[tuple[float, int, int, int]] = field(default_factory=list)  # (t, max batch, delay, replicas)
-    changes: int = 0
+
+def _capacity_within(curve: PiecewiseCurve, slo_ms: float) -> float:
+    """Most req/s one replica serves at a batch whose two executions fit in the SLO."""
+    fits = [b for b in range(1, curve.engine_max + 1) if 2 * curve.ms(b) <= 0.8 * slo_ms] or [1]
+    return max(1000.0 * b / curve.ms(b) for b in fits)
 
 
-def capacity(curve: ServiceCurve) -> float:
-    """Most requests/s one device serves, at its most efficient batch."""
-    return max(1000.0 * b / curve.ms(b) for b in range(1, ENGINE_MAX + 1))
+def _segments(kind: str, peak: float, duration: float, rng: np.random.Generator) -> list[tuple[float, float, float]]:
+    low = peak * float(rng.uniform(0.15, 0.4))
+    third = round(duration / 3 / INTERVAL) * INTERVAL
+    if kind in ("step-up", "gap", "noise"):
+        return [(0, third, low), (third, duration, peak)]
+    if kind == "step-down":
+        return [(0, third, peak), (third, duration, low)]
+    if kind == "diurnal":
+        n = 20
+        return [
+            (
+                i * duration / n,
+                (i + 1) * duration / n,
+                low + (peak - low) * (1 - math.cos(2 * math.pi * (i + 0.5) / n)) / 2,
+            )
+            for i in range(n)
+        ]
+    if kind == "bursts":
+        segs, t = [], 0.0
+        while t < duration:
+            d = float(rng.uniform(10, 60))
+            segs.append((t, min(duration, t + d), peak if len(segs) % 2 else low * 1.5))
+            t += d
+        return segs
+    if kind == "flash-crowd":
+        at = third + float(rng.uniform(0, third))
+        return [(0, at, low), (at, at + 40, min(peak * 1.6, peak / 0.7)), (at + 40, duration, low)]
+    if kind == "ramp-to-zero":
+        n = 12
+        return [(i * duration / n, (i + 1) * duration / n, peak * (1 - i / n) + 0.5) for i in range(n)]
+    raise ValueError(kind)
 
 
 def scenarios(quick: bool) -> list[Scenario]:
-    duration = 360.0 if quick else 900.0
-    third = duration / 2 if quick else duration / 3
-    out = []
-    for curve_name in ("linear-power", "bert-base-l4"):
-        cap = capacity(named_curve(curve_name))
-        traces = [
-            step([(0, 0.4 * cap), (third, 0.85 * cap)], duration, SEED, name="step-up"),
-            mmpp((0.35 * cap, 0.8 * cap), (60.0, 40.0), duration, SEED),
-        ]
-        if not quick:
-            traces += [
-                step([(0, 0.85 * cap), (third, 0.4 * cap)], duration, SEED, name="step-down"),
-                diurnal(0.25 * cap, 0.85 * cap, duration, duration, SEED),
-            ]
-        out += [Scenario(f"{t.name}/{curve_name}", curve_name, t, SLO_MS) for t in traces]
-        levels = [(0, 0.4 * cap), (duration / 3, 1.6 * cap)] + ([] if quick else [(2 * third, 0.4 * cap)])
-        scale = step(levels, duration, SEED, name="scale")
-        out.append(Scenario(f"scale/{curve_name}", curve_name, scale, SLO_MS, replicas_max=3))
-    return out
-
-
-def cluster(sc: Scenario, batching: Batching, replicas: int, trace: Trace | None = None) -> SimCluster:
-    tr = trace or sc.trace
-    return SimCluster(
-        named_curve(sc.curve),
-        tr.arrivals,
-        batching,
-        replicas,
-        engine_max_batch=ENGINE_MAX,
-        seed=SEED,
-        noise_sigma=NOISE,
-    )
-
-
-def run_static(sc: Scenario, batching: Batching, replicas: int, name: str) -> Run:
-    c = cluster(sc, batching, replicas)
-    c.advance(sc.trace.duration_s + 30.0)
-    arr, lat = c.outcomes()
-    return Run(
-        name, arr, lat, [(0.0, batching.max_batch_size, batching.max_queue_delay_microseconds, replicas)]
-    )
-
-
-Controller = Callable[[float, Observation, SimCluster], tuple[Batching, int] | None]
-
-
-def run_dynamic(sc: Scenario, name: str, start: Batching, controller: Controller) -> Run:
-    c = cluster(sc, start, 1)
-    knobs = [(0.0, start.max_batch_size, start.max_queue_delay_microseconds, 1)]
-    changes = 0
-    t = INTERVAL
-    while t <= sc.trace.duration_s:
-        c.advance(t)
-        obs = observation_from_sim(c.observe(WINDOW, 99.0, span_s=60.0))
-        new = controller(t, obs, c)
-        if new is not None and (new[0] != c.batching or new[1] != c.replicas):
-            c.apply(*new)
-            changes += 1
-            knobs.append((t, new[0].max_batch_size, new[0].max_queue_delay_microseconds, new[1]))
-        t += INTERVAL
-    c.advance(sc.trace.duration_s + 30.0)
-    arr, lat = c.outcomes()
-    return Run(name, arr, lat, knobs, changes)
-
-
-class _SimSide:
-    """The simulator as the tuner loop's reader, applier and recorder."""
-
-    def __init__(self, c: SimCluster, obs: Observation) -> None:
-        self.c, self.obs = c, obs
-        self.applied: tuple[Batching, int] | None = None
-
-    def read(self, window_end: datetime) -> Observation:
-        return self.obs
-
-    def apply(self, batching: Batching, replicas: int) -> None:
-        self.applied = (batching, replicas)
-
-    def record(self, decision: Decision, observation: Observation) -> None:
-        pass
-
-
-def run_tailtune(sc: Scenario, start: Batching, name: str) -> Run:
-    tuning = Tuning(max_batch_size=IntRange(min=1, max=ENGINE_MAX), max_batch_step=32)
-    policy = Policy.from_spec(
-        Slo(latency_ms=sc.slo_ms), tuning, Replicas(min=1, max=sc.replicas_max), ENGINE_MAX
-    )
-    state = TunerState.initial(start, 1)
-
-    def control(t: float, obs: Observation, c: SimCluster) -> tuple[Batching, int] | None:
-        nonlocal state
-        side = _SimSide(c, obs)
-        state, _ = tune_once(side, side, side, state, policy, c.clock(t))
-        return side.applied
-
-    return run_dynamic(sc, name, start, control)
-
-
-def run_aimd(sc: Scenario) -> Run:
-    mb = ENGINE_MAX
-
-    def control(t: float, obs: Observation, c: SimCluster) -> tuple[Batching, int] | None:
-        nonlocal mb
-        if obs.p_latency_ms is None:
-            return None
-        over = obs.p_latency_ms > sc.slo_ms
-        mb = max(1, min(mb - 1, math.floor(mb * 0.9))) if over else min(ENGINE_MAX, mb + 2)
-        return Batching(max_batch_size=mb), 1
-
-    return run_dynamic(sc, "aimd", Batching(max_batch_size=ENGINE_MAX), control)
-
-
-# --- static searches -----------------------------------------------------------------------------------
-
-
-def sweep_grid(sc: Scenario, quick: bool) -> list[tuple[Batching, int]]:
-    sizes: tuple[int, ...] = (1, 4, 8, 16, 32, 64) if quick else (1, 2, 4, 8, 12, 16, 24, 32, 64)
-    delays = (0,) if quick else (0, 2000)
-    replicas = range(1, sc.replicas_max + 1)
-    if sc.replicas_max > 1:
-        sizes = (4, 8, 16, 32) if quick else (4, 8, 12, 16, 24, 32)
-    return [
-        (Batching(max_batch_size=b, max_queue_delay_microseconds=d), r)
-        for b in sizes
-        for d in delays
-        for r in replicas
-    ]
-
-
-def _measure(sc: Scenario, batching: Batching, rate: float, seconds: float) -> tuple[float, float]:
-    """(goodput req/s, P99 ms) of a config at a constant Poisson load, after a 10 s warm-up."""
-    tr = poisson(rate, seconds + 10.0, SEED + 7)
-    c = cluster(sc, batching, 1, tr)
-    c.advance(tr.duration_s + 5.0)
-    arr, lat = c.outcomes()
-    keep = arr >= 10.0
-    lat = lat[keep]
-    good = float(np.sum(lat <= sc.slo_ms / 1000)) / seconds
-    return good, float(np.percentile(lat, 99, method="higher")) * 1000 if len(lat) else math.inf
-
-
-def best_static_first_level(sc: Scenario, quick: bool) -> Batching:
-    """Best config of the sweep at the first load level: most goodput, then lowest P99."""
-    scored = []
-    for batching, r in sweep_grid(sc, quick):
-        if r != 1:
-            continue
-        good, p99 = _measure(sc, batching, sc.first_rate, 60.0 if quick else 120.0)
-        scored.append((-good, p99, batching.max_batch_size, batching))
-    return min(scored, key=lambda s: s[:3])[3]
-
-
-def model_analyzer_quick(sc: Scenario) -> Batching:
-    """Powers of two; for each, the highest of a few loads it serves under the SLO; best of those."""
-    cap = capacity(named_curve(sc.curve))
-    best: tuple[float, float, Batching] | None = None
-    for b in (1, 2, 4, 8, 16, 32, 64):
-        batching = Batching(max_batch_size=b)
-        served = 0.0
-        p_at = math.inf
-        for share in (0.3, 0.5, 0.7, 0.9):
-            _, p99 = _measure(sc, batching, share * cap, 30.0)
-            if p99 <= sc.slo_ms:
-                served, p_at = share * cap, p99
-        if best is None or (served, -p_at) > (best[0], -best[1]):
-            best = (served, p_at, batching)
-    assert best is not None
-    return best[2]
-
-
-# --- metrics -------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Windows:
-    good: npt.NDArray[np.float64]  # requests under the SLO, per window (by arrival)
-    total: npt.NDArray[np.float64]
-    p99_ms: npt.NDArray[np.float64]
-
-
-def windows(run: Run, sc: Scenario) -> Windows:
-    n = int(sc.trace.duration_s // INTERVAL)
-    edges = np.searchsorted(run.arrivals, np.arange(n + 1) * INTERVAL)
-    good, total, p99 = np.zeros(n), np.zeros(n), np.full(n, np.nan)
-    slo_s = sc.slo_ms / 1000
-    for i in range(n):
-        lat = run.latency[edges[i] : edges[i + 1]]
-        total[i] = len(lat)
-        good[i] = np.sum(lat <= slo_s)
-        if len(lat):
-            p99[i] = np.percentile(lat, 99, method="higher") * 1000
-    return Windows(good, total, p99)
-
-
-def excluded(sc: Scenario, n: int) -> npt.NDArray[np.bool_]:
-    """Windows within two intervals after a load step."""
-    out = np.zeros(n, dtype=bool)
-    for s in sc.trace.steps:
-        first = int(s // INTERVAL)
-        out[first : first + 2] = True
-    return out
-
-
-def settle_intervals(run: Run, w: Windows, sc: Scenario) -> list[float]:
-    """Per step: intervals until the last bad window or config change before the next step."""
-    out = []
-    bounds = [*sc.trace.steps, sc.trace.duration_s]
-    for k, s in enumerate(sc.trace.steps):
-        first, last = int(s // INTERVAL), int(bounds[k + 1] // INTERVAL)
-        bad = [i for i in range(first, last) if not w.p99_ms[i] <= sc.slo_ms]
-        if bad and bad[-1] == last - 1:
-            out.append(math.inf)
-            continue
-        end = (bad[-1] + 1) * INTERVAL if bad else s
-        moves = [t for t, *_ in run.knobs if s <= t < bounds[k + 1]]
-        if moves:
-            end = max(end, moves[-1])
-        out.append((end - s) / INTERVAL)
-    return out
-
-
-@dataclass(frozen=True)
-class Row:
-    scenario: str
-    policy: str
-    windows_ok: float
-    windows_ok_ex: float
-    requests_ok: float
-    goodput_share: float
-    settle: list[float]
-    changes: int
-    replica_seconds: float
-
-
-def replica_seconds(run: Run, duration: float) -> float:
-    total = 0.0
-    for k, (t, _, _, r) in enumerate(run.knobs):
-        end = run.knobs[k + 1][0] if k + 1 < len(run.knobs) else duration
-        total += r * (end - t)
-    return total
-
-
-# --- driver --------------------------------------------------------------------------------------------
-
-
-def run_scenario(args: tuple[Scenario, bool]) -> tuple[Scenario, list[Run], Windows, list[str]]:
-    sc, quick = args
-    notes = []
-    t0 = time.perf_counter()
-    sweep = [
-        run_static(sc, b, r, f"sweep {b.max_batch_size}/{b.max_queue_delay_microseconds}/{r}")
-        for b, r in sweep_grid(sc, quick)
-    ]
-    sweep_w = [windows(r, sc) for r in sweep]
-    good = np.vstack([w.good for w in sweep_w])
-    best = good.argmax(axis=0)
-    oracle_good = good.max(axis=0)
-    oracle_knobs = []
-    for i, k in enumerate(best):
-        b, r = sweep_grid(sc, quick)[k]
-        oracle_knobs.append((i * INTERVAL, b.max_batch_size, b.max_queue_delay_microseconds, r))
-    oracle_p99 = np.array([sweep_w[k].p99_ms[i] for i, k in enumerate(best)])
-    oracle_w = Windows(oracle_good, sweep_w[0].total, oracle_p99)
-
-    static_best = best_static_first_level(sc, quick)
-    analyzer = model_analyzer_quick(sc)
-    notes.append(
-        f"best-static picked max batch {static_best.max_batch_size}, delay "
-        f"{static_best.max_queue_delay_microseconds} us; model-analyzer picked max batch "
-        f"{analyzer.max_batch_size}"
-    )
-    runs = [
-        run_static(sc, Batching(max_batch_size=ENGINE_MAX), 1, "triton-default"),
-        run_static(sc, static_best, 1, "best-static"),
-        run_aimd(sc),
-        run_static(sc, analyzer, 1, "model-analyzer"),
-        run_tailtune(sc, Batching(), "tailtune"),
-        run_tailtune(sc, Batching(max_batch_size=ENGINE_MAX), "tailtune@64"),
-    ]
-    oracle = Run("oracle", np.empty(0), np.empty(0), oracle_knobs)
-    runs.append(oracle)
-    notes.append(f"{sc.name}: {time.perf_counter() - t0:.0f} s")
-    return sc, runs, oracle_w, notes
-
-
-def rows_for(sc: Scenario, runs: list[Run], oracle_w: Windows) -> list[Row]:
-    rows = []
-    n = len(oracle_w.good)
-    ex = excluded(sc, n)
-    oracle_total = float(oracle_w.good.sum())
-    for run in runs:
-        w = oracle_w if run.policy == "oracle" else windows(run, sc)
-        ok = w.p99_ms <= sc.slo_ms
-        settle = [] if run.policy == "oracle" else settle_intervals(run, w, sc)
-        rows.append(
-            Row(
-                scenario=sc.name,
-                policy=run.policy,
-                windows_ok=float(ok.mean()),
-                windows_ok_ex=float(ok[~ex].mean()),
-                requests_ok=float(w.good.sum() / max(1.0, w.total.sum())),
-                goodput_share=float(w.good.sum()) / oracle_total,
-                settle=settle,
-                changes=run.changes,
-                replica_seconds=replica_seconds(run, sc.trace.duration_s),
-            )
+    """The family, from fixed seeds."""
+    rng = np.random.default_rng(20261130)
+    measured = sorted(MEASURED.glob("*.csv")) if MEASURED.exists() else []
+    families = [f for f in FAMILIES if f != "measured" or measured]
+    out: list[Scenario] = []
+    count = 12 if quick else 120
+    duration = 300.0 if quick else 600.0
+    for i in range(count):
+        family = families[i % len(families)]
+        trace = TRACES[(i // len(families)) % len(TRACES)]
+        engine_max = int(rng.choice([32, 64, 128]))
+        curve = read_curve(measured[i % len(measured)]) if family == "measured" else _curve(family, rng, engine_max)
+        ref = int(rng.choice([b for b, _ in curve.points if b >= 2] or [1]))
+        slo = round(float(rng.uniform(2.5, 5.0)) * curve.ms(ref), 2)
+        replicas_max = int(rng.integers(1, 5))
+        instances = int(rng.choice([1, 1, 2]))
+        start = int(rng.choice([1, 8, curve.engine_max]))
+        peak = float(rng.uniform(0.45, 0.85)) * replicas_max * _capacity_within(curve, slo)
+        segs = _segments(trace, peak, duration, rng)
+        setup = Setup(
+            curve=curve,
+            segments=tuple((float(a), float(b), float(r)) for a, b, r in segs),
+            slo_ms=slo,
+            instances=instances,
+            replicas=replicas_max,
+            replicas_max=replicas_max,
+            interval_s=INTERVAL,
+            start_max_batch=min(start, curve.engine_max),
+            p99_noise=0.15 if trace == "noise" else 0.0,
+            gap=(duration / 3 + INTERVAL, 3) if trace == "gap" else None,
+            seed=1000 + i,
         )
-    return rows
+        name = f"{i:03d}-{family}-{trace}-r{replicas_max}-i{instances}-s{setup.start_max_batch}"
+        out.append(Scenario(name, family, trace, setup))
+    return out
 
 
-COLORS = {
-    "triton-default": "tab:blue",
-    "best-static": "tab:orange",
-    "aimd": "tab:green",
-    "model-analyzer": "tab:brown",
-    "tailtune": "tab:red",
-    "tailtune@64": "tab:purple",
-    "oracle": "tab:gray",
-}
+def run_one(sc: Scenario) -> dict[str, Any]:
+    """Every policy on one scenario, summarized; tailtune's full timeline kept."""
+    t0 = time.perf_counter()
+    res: dict[str, Any] = {"name": sc.name, "family": sc.family, "trace": sc.trace, "curve": sc.setup.curve.name}
+    for policy in ("tailtune", "triton-default", "aimd", "oracle", f"static:{sc.setup.start_max_batch}:0"):
+        key = "start" if policy.startswith("static:") else policy
+        res[key] = summarize(sc.setup, policy)
+    run = run_policy(sc.setup, "tailtune")
+    res["decisions"] = [(round(t), code, why) for t, code, why in run.codes if code not in ("WithinBand", "Settled")]
+    res["seconds"] = round(time.perf_counter() - t0, 1)
+    return res
 
 
-def plot(sc: Scenario, runs: list[Run], oracle_w: Windows, path: Path) -> None:
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else 1.0
+
+
+def metrics(r: dict[str, Any]) -> dict[str, float]:
+    """The figures the targets are about."""
+    t, o = r["tailtune"], r["oracle"]
+    base = max(r["triton-default"]["goodput_rps"], r["aimd"]["goodput_rps"])
+    windows = t["timeline"]
+    steady = max(1, t["windows_excluding_steps"])
+    return {
+        "vs_oracle": _ratio(t["goodput_rps"], o["goodput_rps"]),
+        "vs_default": _ratio(t["goodput_rps"], r["triton-default"]["goodput_rps"]),
+        "vs_start": _ratio(t["goodput_rps"], r["start"]["goodput_rps"]),
+        "vs_best_baseline": _ratio(t["goodput_rps"], base),
+        "in_slo": t["windows_in_slo_excluding_steps"] / steady,
+        "settle": float(t["settle_intervals"]),
+        "changes_per_5": 5.0 * t["changes"] / max(1, len(windows)),
+    }
+
+
+def _dist(xs: list[float]) -> str:
+    return f"{min(xs):.3f} / {np.percentile(xs, 10):.3f} / {np.median(xs):.3f}"
+
+
+def report(results: list[dict[str, Any]], out: Path, quick: bool) -> str:
+    """Markdown report: targets, distribution per family, the 5 worst; PNGs beside it."""
+    from tailtune.tuner.whatif import plot
+
+    by_name = {sc.name: sc for sc in scenarios(quick)}
+    lines = [
+        "# Tuner benchmark (simulator)",
+        "",
+        f"{len(results)} scenarios; `python bench/tuner/run.py{' --quick' if quick else ''}`. "
+        "Goodput = requests answered within the SLO per second; ratios are tailtune / baseline in the same run.",
+        "",
+        "| family | n | goodput/oracle min / p10 / median | windows in SLO (excl. steps) min / p10 / median "
+        "| vs Triton default min | vs start min | vs max(default, AIMD) min | settle max "
+        "| changes per 5 intervals max |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    fams = [*sorted({r["family"] for r in results}), "all"]
+    for fam in fams:
+        rs = [r for r in results if fam in ("all", r["family"])]
+        m = [metrics(r) for r in rs]
+        lines.append(
+            f"| {fam} | {len(rs)} | {_dist([x['vs_oracle'] for x in m])} | {_dist([x['in_slo'] for x in m])} "
+            f"| {min(x['vs_default'] for x in m):.3f} | {min(x['vs_start'] for x in m):.3f} "
+            f"| {min(x['vs_best_baseline'] for x in m):.3f} | {max(x['settle'] for x in m):.0f} "
+            f"| {max(x['changes_per_5'] for x in m):.2f} |"
+        )
+    m_all = [(metrics(r), r) for r in results]
+    targets = [
+        ("goodput >= 95 % of the oracle", sum(1 for x, _ in m_all if x["vs_oracle"] >= 0.95)),
+        ("goodput >= max(default, AIMD) - 1 point", sum(1 for x, _ in m_all if x["vs_best_baseline"] >= 0.99)),
+        ("goodput >= Triton default - 1 point", sum(1 for x, _ in m_all if x["vs_default"] >= 0.99)),
+        ("goodput >= start config - 1 point", sum(1 for x, _ in m_all if x["vs_start"] >= 0.99)),
+        (">= 99 % windows in SLO outside steps", sum(1 for x, _ in m_all if x["in_slo"] >= 0.99)),
+        ("settle <= 3 intervals", sum(1 for x, _ in m_all if x["settle"] <= 3)),
+        ("<= 1 change per 5 intervals", sum(1 for x, _ in m_all if x["changes_per_5"] <= 1)),
+    ]
+    lines += ["", "## Targets: scenarios meeting each", ""]
+    lines += [f"- {name}: {n}/{len(results)}" for name, n in targets]
+    worst = sorted(m_all, key=lambda xr: xr[0]["vs_oracle"])[:5]
+    lines += ["", "## The 5 worst scenarios (by goodput/oracle)", ""]
+    for x, r in worst:
+        png = out / f"worst-{r['name']}.png"
+        sc = by_name.get(r["name"])
+        if sc is not None:
+            plot(sc.setup, [r["tailtune"], r["triton-default"], r["aimd"]], png, title=r["name"])
+        t = r["tailtune"]
+        lines += [
+            f"### {r['name']} ({r['curve']})",
+            "",
+            f"goodput/oracle {x['vs_oracle']:.3f}, vs default {x['vs_default']:.3f}, vs AIMD "
+            f"{_ratio(t['goodput_rps'], r['aimd']['goodput_rps']):.3f}; windows in SLO excl. steps "
+            f"{t['windows_in_slo_excluding_steps']}/{t['windows_excluding_steps']}; changes {t['changes']}; "
+            f"final {t['final']}. ![{r['name']}]({png.name})",
+            "",
+            "Decisions:",
+            "",
+        ]
+        lines += [f"- t={d[0]} s {d[1]}: {d[2]}" for d in r["decisions"][:12]] + [""]
+    _distribution_png(results, out / "distribution.png")
+    lines += ["![distribution](distribution.png)", ""]
+    return "\n".join(lines)
+
+
+def _distribution_png(results: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = 3 if sc.replicas_max > 1 else 2
-    fig, axes = plt.subplots(panels, 1, figsize=(10, 3.2 * panels), sharex=True)
-    ax = axes[0]
-    mid = (np.arange(len(oracle_w.good)) + 0.5) * INTERVAL
-    for run in runs:
-        w = oracle_w if run.policy == "oracle" else windows(run, sc)
-        p = np.where(np.isfinite(w.p99_ms), w.p99_ms, 1e5)
-        ours = run.policy.startswith("tailtune")
-        ax.plot(
-            mid,
-            p,
-            "-" if ours else "--",
-            color=COLORS[run.policy],
-            label=run.policy,
-            linewidth=2 if ours else 1,
-        )
-    ax.axhline(sc.slo_ms, color="k", linestyle=":", label="SLO")
-    ax.set_yscale("log")
-    ax.set_ylabel("P99 per 30 s window (ms)")
-    ax.set_title(f"{sc.name}, SLO P99 <= {sc.slo_ms:g} ms (grey: offered load)")
-    ax.legend(fontsize=7, ncol=4, loc="upper left")
-    rate = ax.twinx()
-    ts = np.arange(0, sc.trace.duration_s, 1.0)
-    rate.plot(ts, [sc.trace.rate_at(t) for t in ts], color="grey", alpha=0.3)
-    rate.set_ylabel("offered req/s", color="grey")
-    for k, (label, col) in enumerate((("max batch", 1), ("replicas", 3))[: panels - 1]):
-        a = axes[k + 1]
-        for run in runs:
-            if run.policy in STATIC_POLICIES and col == 3:
-                continue
-            xs = [kn[0] for kn in run.knobs] + [sc.trace.duration_s]
-            ys = [kn[col] for kn in run.knobs]
-            a.step(xs, [*ys, ys[-1]], where="post", color=COLORS[run.policy], label=run.policy)
-        a.set_ylabel(label)
-        a.legend(fontsize=7, ncol=4, loc="upper left")
-    axes[-1].set_xlabel("seconds")
+    fams = sorted({r["family"] for r in results})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key, label in (
+        (axes[0], "vs_oracle", "goodput / oracle"),
+        (axes[1], "vs_best_baseline", "goodput / max(default, AIMD)"),
+    ):
+        data = [[metrics(r)[key] for r in results if r["family"] == f] for f in fams]
+        ax.boxplot(data, whis=(0, 100))
+        ax.set_xticks(range(1, len(fams) + 1), fams)
+        ax.axhline(0.95 if key == "vs_oracle" else 0.99, color="red", linestyle="--", label="target")
+        ax.set_ylabel(label)
+        ax.legend()
+        ax.tick_params(axis="x", rotation=30)
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
 
 
-def fmt_settle(s: Sequence[float]) -> str:
-    return ", ".join("never" if math.isinf(x) else f"{x:.0f}" for x in s) or "-"
-
-
-def report(all_rows: list[Row], notes: list[str], quick: bool, elapsed: float) -> str:
-    lines = [
-        "# Tuner benchmark (simulator)",
-        "",
-        f"Mode: {'quick' if quick else 'full'}; {elapsed:.0f} s. Interval {INTERVAL:g} s, window "
-        f"{WINDOW:g} s (Triton's 60 s summary), SLO P99 <= {SLO_MS:g} ms, engine max batch {ENGINE_MAX}, "
-        f"one model instance per GPU, service-time noise {NOISE:.0%} (lognormal), seed {SEED}, new "
-        "replicas ready after 30 s. "
-        "tailtune starts from the InferenceService default (max batch 8, no delay), tailtune@64 from "
-        "Triton's default; both with maxBatchSize 1-64, maxBatchStep 32, the rest of Tuning at its defaults.",
-        "",
-        "Columns: windows in SLO (all / outside the 2 intervals after a step), requests under the SLO, "
-        "goodput (requests served within the SLO) as a share of the oracle's, intervals to settle after "
-        "each step, config changes, replica-seconds.",
-        "",
-        "| scenario | policy | windows ok | ok ex-steps | requests ok | goodput / oracle | settle | changes "
-        "| replica-s |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in all_rows:
-        lines.append(
-            f"| {r.scenario} | {r.policy} | {r.windows_ok:.1%} | {r.windows_ok_ex:.1%} | {r.requests_ok:.2%} "
-            f"| {r.goodput_share:.1%} | {fmt_settle(r.settle)} | {r.changes} | {r.replica_seconds:.0f} |"
-        )
-    lines += ["", "## Target check", ""]
-    lines += [
-        "| scenario | >= 95% oracle goodput | >= 99% windows ok ex-steps | settles <= 5 | beats AIMD "
-        "| beats best-static |",
-        "|---|---|---|---|---|---|",
-    ]
-    by = {(r.scenario, r.policy): r for r in all_rows}
-
-    def yes(ok: bool) -> str:
-        return "yes" if ok else "**no**"
-
-    def beats(t: Row, other: Row) -> str:
-        if t.goodput_share > other.goodput_share + 0.001:
-            return "yes"
-        return "tie" if t.goodput_share >= other.goodput_share - 0.001 else "**no**"
-
-    for sc_name, who in (
-        (n, w) for n in dict.fromkeys(r.scenario for r in all_rows) for w in ("tailtune", "tailtune@64")
-    ):
-        t = by[(sc_name, who)]
-        a, s = by[(sc_name, "aimd")], by[(sc_name, "best-static")]
-        lines.append(
-            f"| {sc_name} {who} | {yes(t.goodput_share >= 0.95)} ({t.goodput_share:.1%}) "
-            f"| {yes(t.windows_ok_ex >= 0.99)} ({t.windows_ok_ex:.1%}) "
-            f"| {yes(all(x <= 5 for x in t.settle))} ({fmt_settle(t.settle)}) "
-            f"| {beats(t, a)} | {beats(t, s)} |"
-        )
-    lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
-    return "\n".join(lines) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="fewer, shorter traces (~1 min)")
-    parser.add_argument("--jobs", type=int, default=2, help="worker processes")
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args(argv)
-    start = time.perf_counter()
-    args.out.mkdir(parents=True, exist_ok=True)
-    work = [(sc, args.quick) for sc in scenarios(args.quick)]
-    all_rows: list[Row] = []
-    notes: list[str] = []
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for sc, runs, oracle_w, sc_notes in pool.map(run_scenario, work):
-            all_rows += rows_for(sc, runs, oracle_w)
-            notes += sc_notes
-            plot(sc, runs, oracle_w, args.out / f"{sc.name.replace('/', '_')}.png")
-            print(f"done {sc.name}", file=sys.stderr)
-    text = report(all_rows, notes, args.quick, time.perf_counter() - start)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="12 short scenarios")
+    ap.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
+    ap.add_argument("--out", type=Path, default=OUT, help=f"report folder (default {OUT})")
+    ap.add_argument("--only", default="", help="run only scenarios whose name contains this")
+    ap.add_argument("--report-only", action="store_true", help="rewrite the report from results.json")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    if args.report_only:
+        results = json.loads((args.out / "results.json").read_text())
+    else:
+        scs = [s for s in scenarios(args.quick) if args.only in s.name]
+        with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            results = list(pool.map(run_one, scs))
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(results))
+    text = report(results, args.out, args.quick)
     (args.out / "report.md").write_text(text)
-    print(text)
+    print(text.split("## The 5 worst")[0])
+    print(f"{len(results)} scenarios in {time.perf_counter() - t0:.0f} s; report {args.out / 'report.md'}")
     return 0
 
 

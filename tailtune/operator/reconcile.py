@@ -27,11 +27,13 @@ from tailtune.operator.builders.triton import (
     config_hash,
     serving_digest,
 )
-from tailtune.operator.engine import engine_cache_key, engine_info, engine_status, io_known
+from tailtune.operator.engine import engine_cache_key, engine_info, engine_status, io_known, service_time_status
+from tailtune.operator.inforce import in_force as config_in_force
 from tailtune.operator.modelconfig import EngineIOUnknown, model_config_pbtxt
 from tailtune.operator.observed import EngineInfo, Observed
-from tailtune.operator.spec_checks import Applied, applied_config, check_spec, describe_validation_error
+from tailtune.operator.spec_checks import check_spec, describe_validation_error
 from tailtune.triton.config import ConfigError
+from tailtune.tuner.types import InForce
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +55,7 @@ class Desired:
 
     objects: list[Manifest]
     cache_key: str
-    applied: Applied
+    applied: InForce
     engine_info: EngineInfo | None
     serving_problem: tuple[str, str] | None = None  # (reason, message) when serving cannot be built
     serving_hash: str = ""  # digest of the serving objects, "" when there are none
@@ -62,7 +64,7 @@ class Desired:
 def desired_state(isvc: InferenceService, observed: Observed) -> Desired:
     """Pure: the children for what was observed. Serving objects wait for the engine."""
     cache_key = engine_cache_key(isvc)
-    applied = applied_config(isvc)
+    applied = config_in_force(isvc)
     job = observed.job
     # Until the Job has succeeded there is no engine, whatever an earlier build of this key recorded.
     info = engine_info(isvc, cache_key, job) if job is not None and job.succeeded else None
@@ -96,14 +98,14 @@ def desired_state(isvc: InferenceService, observed: Observed) -> Desired:
     return Desired(objects=objects, cache_key=cache_key, applied=applied, engine_info=info)
 
 
-def batching_status(applied: Applied) -> BatchingStatus:
+def batching_status(applied: InForce) -> BatchingStatus:
     """status.batching from the config in force."""
     b = applied.batching
     return BatchingStatus(
         max_batch_size=b.max_batch_size,
         preferred_batch_sizes=list(b.preferred_batch_sizes),
         max_queue_delay_microseconds=b.max_queue_delay_microseconds,
-        last_change_time=applied.changed_at,
+        last_change_time=applied.changed_at.strftime("%Y-%m-%dT%H:%M:%SZ") if applied.changed_at else None,
         reason=applied.reason or "initial config from spec.serving.batching",
     )
 
@@ -164,6 +166,7 @@ async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime, *,
         batching=batching_status(desired.applied),
         desired_replicas=desired.applied.replicas,
         latency=isvc.status.latency,
+        service_time=service_time_status(desired.cache_key, desired.engine_info, isvc.status.service_time, now),
         serving_problem=desired.serving_problem,
         now=now,
     )

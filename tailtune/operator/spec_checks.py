@@ -1,20 +1,17 @@
-"""Spec rules only the operator can judge (the schema cannot express them), and the config in force.
+"""Spec rules only the operator can judge (the schema cannot express them).
 
 Pure: each check returns a message naming the field and the fix, or None.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import string
-from dataclasses import dataclass
-from typing import Any
 
 from pydantic import ValidationError
 
-from tailtune.api.keys import APPLIED_ANNOTATION, GPU_PRODUCT_LABEL, GPU_RESOURCE
-from tailtune.api.v1alpha1 import Batching, InferenceService
+from tailtune.api.keys import GPU_PRODUCT_LABEL, GPU_RESOURCE
+from tailtune.api.v1alpha1 import InferenceService
 
 _QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$")
 _QUERY_FIELDS = {"namespace", "name", "model", "window"}
@@ -93,57 +90,3 @@ def _pvc_uri(isvc: InferenceService) -> str | None:
         if not claim or not path:
             return f"spec.model.uri {uri!r}: a pvc URI needs a claim and a path, e.g. pvc://models/bert/model.onnx"
     return None
-
-
-@dataclass(frozen=True)
-class Applied:
-    """The batching and replicas the tuner last applied (kept on the object, so it survives restarts)."""
-
-    batching: Batching
-    replicas: int
-    changed_at: str | None = None
-    reason: str | None = None
-    rolled: bool = False  # a hot apply failed and the Deployment must roll to pick the config up
-
-    def to_annotation(self) -> str:
-        """JSON for the annotation."""
-        return json.dumps(
-            {
-                "batching": self.batching.model_dump(by_alias=True, mode="json"),
-                "replicas": self.replicas,
-                "changedAt": self.changed_at,
-                "reason": self.reason,
-                "rolled": self.rolled,
-            },
-            sort_keys=True,
-        )
-
-
-def applied_config(isvc: InferenceService) -> Applied:
-    """The config in force: the tuner's, when it fits the current spec, else the spec's starting point."""
-    spec = isvc.spec
-    start = Applied(batching=spec.serving.batching, replicas=max(spec.serving.replicas.min, 1))
-    start = Applied(batching=start.batching, replicas=min(start.replicas, spec.serving.replicas.max))
-    raw = isvc.metadata.annotations.get(APPLIED_ANNOTATION)
-    if not raw or not spec.tuning.enabled:
-        return start
-    try:
-        data: dict[str, Any] = json.loads(raw)
-        batching = Batching.model_validate(data["batching"])
-        replicas = int(data["replicas"])
-    except (ValueError, KeyError, TypeError, ValidationError):
-        return start
-    bounds = spec.tuning.max_batch_size
-    fits = (
-        bounds.min <= batching.max_batch_size <= min(bounds.max, spec.engine.optimization_profile.max)
-        and spec.serving.replicas.min <= replicas <= spec.serving.replicas.max
-    )
-    if not fits:
-        return start
-    return Applied(
-        batching=batching,
-        replicas=replicas,
-        changed_at=data.get("changedAt"),
-        reason=data.get("reason"),
-        rolled=bool(data.get("rolled", False)),
-    )

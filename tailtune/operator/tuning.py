@@ -20,18 +20,19 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from tailtune.api.keys import APPLIED_ANNOTATION, GRPC_PORT, TUNER_STATE_ANNOTATION
-from tailtune.api.v1alpha1 import InferenceService, LatencyStatus, ObjectMeta
+from tailtune.api.keys import GRPC_PORT, TUNER_STATE_ANNOTATION
+from tailtune.api.v1alpha1 import Batching, InferenceService, LatencyStatus, ObjectMeta
 from tailtune.operator import metrics
 from tailtune.operator.engine import engine_cache_key, engine_info, io_known
+from tailtune.operator.inforce import in_force as config_in_force
+from tailtune.operator.inforce import in_force_annotation
 from tailtune.operator.modelconfig import model_config_json
 from tailtune.operator.observed import Observed
-from tailtune.operator.spec_checks import Applied, applied_config
 from tailtune.operator.status import SLO_MET, compute_slo_condition
 from tailtune.triton.control import ApplyError, apply_config
-from tailtune.tuner.law import decide
-from tailtune.tuner.loop import ObservationReader
-from tailtune.tuner.types import Decision, Observation, Policy, TunerState
+from tailtune.tuner.loop import ObservationReader, tune_once
+from tailtune.tuner.servicetime import CurvePoint
+from tailtune.tuner.types import Decision, InForce, Observation, Policy, TunerState
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,8 @@ class TunerCluster(Protocol):
     async def emit_event(self, meta: ObjectMeta, type_: str, reason: str, message: str) -> None: ...
 
 
-def policy_for(isvc: InferenceService) -> Policy:
-    """The law's policy from the spec."""
+def policy_for(isvc: InferenceService, build_curve: tuple[CurvePoint, ...] = ()) -> Policy:
+    """The law's policy from the spec (and the build's measured service time, when known)."""
     spec = isvc.spec
     return Policy.from_spec(
         spec.slo,
@@ -56,23 +57,21 @@ def policy_for(isvc: InferenceService) -> Policy:
         spec.serving.replicas,
         spec.engine.optimization_profile.max,
         instances=spec.serving.instances_per_gpu,
+        build_curve=build_curve,
+        # Triton refuses a warmup batch above max_batch_size: the tuner never goes below the largest.
+        warmup_max=max(spec.warmup.batch_sizes, default=1),
     )
 
 
-def state_for(isvc: InferenceService, applied: Applied) -> TunerState:
-    """The kept tuner state, or a fresh one from the config in force (also when the kept one no longer fits)."""
+def state_for(isvc: InferenceService) -> TunerState:
+    """The kept tuner state, or a fresh one when there is none or it does not parse."""
     raw = isvc.metadata.annotations.get(TUNER_STATE_ANNOTATION)
-    fresh = TunerState.initial(applied.batching, applied.replicas)
     if not raw:
-        return fresh
+        return TunerState()
     try:
-        kept = TunerState.from_dict(json.loads(raw))
+        return TunerState.from_dict(json.loads(raw))
     except (ValueError, ValidationError):
-        return fresh
-    if kept.batching != applied.batching or kept.replicas != applied.replicas:
-        # The spec or a user moved the config under the tuner: start over from what is in force.
-        return fresh
-    return kept
+        return TunerState()
 
 
 def latency_status(observation: Observation, percentile: float, now: datetime) -> LatencyStatus:
@@ -107,18 +106,42 @@ def hot_apply(pod_ips: tuple[str, ...], model: str, config_json: str) -> HotAppl
     return report
 
 
+class _Window:
+    """The window already read (outside the law, with its error handling) as the loop's reader."""
+
+    def __init__(self, observation: Observation) -> None:
+        self.observation = observation
+
+    def read(self, window_end: datetime) -> Observation:
+        return self.observation
+
+
+class _Deferred:
+    """Applier and recorder for the shared loop: the operator applies and records asynchronously after it."""
+
+    def __init__(self) -> None:
+        self.pending: tuple[Batching, int] | None = None
+
+    def apply(self, batching: Batching, replicas: int) -> None:
+        self.pending = (batching, replicas)
+
+    def record(self, decision: Decision, observation: Observation) -> None:
+        return None
+
+
 async def tune_step(
     isvc: InferenceService, cluster: TunerCluster, reader: ObservationReader, now: datetime
 ) -> Decision | None:
-    """One tuner tick for one InferenceService: read, decide, apply (hot or rolling), record.
+    """One tuner tick for one InferenceService: read, decide (`tailtune.tuner.loop.tune_once`, the loop the
+    simulator and the benchmark run), apply (hot or rolling), record.
 
     Returns None without reading anything while no Triton pod serves (nothing to tune yet). Writes only what
     moved: a tick that holds on a steady (or steadily missing) signal costs no API write.
     """
     if isvc.status.replicas.ready < 1:
         return None
-    applied = applied_config(isvc)
-    state = state_for(isvc, applied)
+    applied = config_in_force(isvc)
+    state = state_for(isvc)
     try:
         observation = await asyncio.to_thread(reader.read, now)
     except Exception as exc:  # Prometheus down or the query refused: the law holds on missing data, never blind
@@ -126,23 +149,21 @@ async def tune_step(
         observation = Observation(window_end=now, span_seconds=float(isvc.spec.slo.window_seconds))
     # Prometheus counts the pods it scraped; the Deployment knows how many serve.
     observation = observation.model_copy(update={"ready_replicas": isvc.status.replicas.ready})
-    decision = decide(state, observation, policy_for(isvc), now)
+    deferred = _Deferred()
+    policy = policy_for(isvc, build_curve(isvc))
+    new_state, new_in_force, decision = tune_once(_Window(observation), deferred, deferred, state, applied, policy, now)
     annotations: dict[str, str] = {}
     if decision.changed:
         rolled = await _apply_hot(isvc, cluster, decision, applied) if isvc.spec.tuning.mode == "hot" else False
-        annotations[APPLIED_ANNOTATION] = Applied(
-            batching=decision.batching,
-            replicas=decision.replicas,
-            changed_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            reason=decision.reason,
-            rolled=rolled or applied.rolled,
-        ).to_annotation()
+        annotations |= in_force_annotation(new_in_force.model_copy(update={"rolled": rolled or applied.rolled}))
         if isvc.spec.tuning.mode == "rolling" or rolled:
             metrics.CONFIG_RELOADS.labels(isvc.metadata.namespace, isvc.metadata.name, "rollout", "ok").inc()
         await cluster.emit_event(isvc.metadata, "Normal", decision.reason_code or "TunerChange", decision.reason)
+    elif decision.infeasible and state.last_reason_code != decision.reason_code:
+        await cluster.emit_event(isvc.metadata, "Warning", decision.reason_code, decision.reason)
     metrics.TUNER_DECISIONS.labels(isvc.metadata.namespace, isvc.metadata.name, decision.reason_code).inc()
-    if decision.changed or _memory(decision.state) != _memory(state):
-        annotations[TUNER_STATE_ANNOTATION] = json.dumps(decision.state.to_dict(), sort_keys=True)
+    if decision.changed or _memory(new_state) != _memory(state):
+        annotations[TUNER_STATE_ANNOTATION] = json.dumps(new_state.to_dict(), sort_keys=True)
     if annotations:
         await cluster.patch_annotations(isvc.metadata, annotations)
     latency = latency_status(observation, isvc.spec.slo.percentile, now)
@@ -155,12 +176,25 @@ async def tune_step(
     return decision
 
 
+def build_curve(isvc: InferenceService) -> tuple[CurvePoint, ...]:
+    """The build's measured service time from status (empty until the build reports one)."""
+    service_time = getattr(isvc.status, "service_time", None)
+    points = getattr(service_time, "points", None) or []
+    out = []
+    for p in points:
+        if getattr(p, "source", "build") == "build" and p.batch >= 1 and p.ms > 0:
+            out.append(
+                CurvePoint(batch=p.batch, ms=p.ms, samples=max(1, getattr(p, "samples", 1) or 1), source="build")
+            )
+    return tuple(out)
+
+
 def _memory(state: TunerState) -> dict[str, object]:
     """The state that matters across restarts; window bookkeeping alone is not worth a write."""
-    return state.model_dump(exclude={"last_window_end", "missing_windows"})
+    return state.model_dump(exclude={"last_window_end", "missing_windows", "recent_demand", "last_rate"})
 
 
-async def _apply_hot(isvc: InferenceService, cluster: TunerCluster, decision: Decision, applied: Applied) -> bool:
+async def _apply_hot(isvc: InferenceService, cluster: TunerCluster, decision: Decision, applied: InForce) -> bool:
     """Reload the new batching in every ready pod; True when it failed somewhere (then the Deployment rolls)."""
     if decision.batching == applied.batching:
         return False  # a replica change only: reconcile scales the Deployment

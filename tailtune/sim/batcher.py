@@ -90,6 +90,7 @@ class Replica:
         self._b_size: list[int] = []
         self._b_start: list[float] = []
         self._b_fin: list[float] = []
+        self._b_exec: list[float] = []  # device time of each batch (what Triton's batch statistics time)
         self._instances = [ready_at] * instances
         self._device_free = ready_at
         self._cursor = ready_at
@@ -186,6 +187,7 @@ class Replica:
         self._b_size.append(size)
         self._b_start.append(now)
         self._b_fin.append(fin)
+        self._b_exec.append(exec_s)
         self._cursor = now
 
     def _requests(self, lo: int, hi: int) -> tuple[Floats, Floats, Floats, Floats]:
@@ -210,6 +212,17 @@ class Replica:
         hi = int(np.searchsorted(fin, end, side="left"))
         arr, st, done, size = self._requests(lo, hi)
         return WindowStats(latency_s=done - arr, queue_s=st - arr, compute_s=done - st, batch=size)
+
+    def batch_stats(self, start: float, end: float) -> dict[int, tuple[int, float]]:
+        """Per batch size: executions that completed in [start, end) and their summed device seconds."""
+        fin = self._m_fin.sync(self._b_fin)
+        lo = int(np.searchsorted(fin, start, side="left"))
+        hi = int(np.searchsorted(fin, end, side="left"))
+        out: dict[int, tuple[int, float]] = {}
+        for size, secs in zip(self._b_size[lo:hi], self._b_exec[lo:hi], strict=True):
+            n, total = out.get(size, (0, 0.0))
+            out[size] = (n + 1, total + secs)
+        return out
 
     def outcomes(self) -> tuple[Floats, Floats]:
         """(arrival, latency) of every request routed here; inf when rejected or not finished."""

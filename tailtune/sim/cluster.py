@@ -36,6 +36,8 @@ class WindowStats:
     queue_growth_rps: float | None = None  # growth of the pending-request count, req/s
     ready_replicas: int | None = None
     sample_count: int | None = None
+    # Per executed batch size: (size, executions, mean device ms), like Triton's batch statistics deltas.
+    batch_stats: tuple[tuple[int, int, float], ...] = ()
 
 
 class SimCluster:
@@ -153,14 +155,24 @@ class SimCluster:
             # The newest goes first; it keeps draining what it queued.
             self._active.pop()
 
-    def observe(self, window_s: float, percentile: float, span_s: float | None = None) -> WindowStats:
+    def observe(
+        self, window_s: float, percentile: float, span_s: float | None = None, stats_since: float | None = None
+    ) -> WindowStats:
         """The window ending now, as the Prometheus reader reports it.
 
         Latency is the conservative aggregate (max over pods of each pod's percentile); rate, queue and
-        compute times are per request over all pods; the batch is inferences / executions.
+        compute times are per request over all pods; the batch is inferences / executions. Batch statistics
+        cover [stats_since, now) (the previous read), else the window.
         """
         span = max(window_s, span_s or 0.0)
         end = self.now
+        since = end - span if stats_since is None else stats_since
+        per_size: dict[int, tuple[int, float]] = {}
+        for rep in self._all:
+            for size, (n, secs) in rep.batch_stats(since, end).items():
+                n0, s0 = per_size.get(size, (0, 0.0))
+                per_size[size] = (n0 + n, s0 + secs)
+        batch_stats = tuple((b, n, 1000.0 * secs / n) for b, (n, secs) in sorted(per_size.items()))
         stats = [r.window(end - span, end) for r in self._all]
         count = sum(len(s.latency_s) for s in stats)
         ready = self.ready_replicas()
@@ -188,6 +200,7 @@ class SimCluster:
             queue_growth_rps=growth,
             ready_replicas=ready,
             sample_count=count,
+            batch_stats=batch_stats,
         )
 
     def outcomes(self) -> tuple[Times, Times]:

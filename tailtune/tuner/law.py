@@ -1,27 +1,26 @@
-"""The control law: `decide(state, observation, policy, now) -> Decision`. Pure: no I/O, no clock.
+"""The control law: `decide(state, in_force, observation, policy, now) -> Decision`. Pure: no I/O, no clock.
 
-Queueing view of one replica (its instances share one device, so executions serialize): a batch of b
-takes t(b); a greedy batcher (delay 0) grows its batches with the load, so a request waits about one batch
-in flight plus its own, 2 t(b), until the batches hit max_batch and a queue builds. So:
+It plans from a model, not from steps:
 
-- the latency cap is the largest b with 2 t(b) + delay <= headroom * SLO;
-- the capacity of a replica is b / t(b) at b = max_batch; on a superlinear curve t(b)/b has a minimum b*
-  and batches past it are slower *and* serve less, so max_batch stays at b* once exact data show it;
-- max_batch grows only when throughput is short (a backlog, or full batches on a busy device), up to the
-  latency cap, or in one step to where the measured slope carried on keeps the aim (at most double), or to
-  double when backlogged at full batches; it is cut only on evidence (data show it too slow or clearly
-  less efficient) or when far past anything measured;
-- when the best batch still leaves a backlog, batching cannot help: replicas, sized from the demand
-  (completions plus the queue's growth) plus draining the backlog; back in, one at a time, when
-  comfortably under;
-- the queue delay helps only when several instances would grab half-empty batches and load is high enough
-  to fill them; with one instance a free instance takes what is queued, so the delay stays at its minimum.
+1. the measured service-time curve t(b) (`servicetime`: the build's ladder, refined by Triton's live
+   per-batch-size statistics);
+2. the measured demand (completions plus the growth of the queue), with a margin, plus what it takes to
+   drain a backlog within a couple of intervals;
+3. a queueing model of the batcher (`model`): for each candidate (max batch, queue delay) the largest
+   rate one replica serves with the predicted latency within the aim, corrected by the observed/predicted
+   ratio of the config in force (calibration);
+4. the cheapest config: the fewest replicas that carry the load, then the most robust batching (the most
+   load within the aim), then the smaller batch. It goes there in one change.
 
-t(b) is learned from the windows themselves (`tailtune.tuner.curve`), pessimistic past the data. Missing
-data, repeated and stale windows, noise (K bad windows; one is enough when it shows overload: over the SLO,
-the device full and requests queued past the batch in flight), hysteresis (a band between the aim and the
-comfort line), a draining backlog (waited for) and reload cost (cooldown, step limits) are the gates in
-`decide`, in that order.
+Invariants (each has a unit test): a change never adopts a config whose modelled capacity is below the
+demand times the margin (unless nothing within the bounds reaches it: then the config with the most
+capacity, and `SLOInfeasible`); never cuts capacity while a backlog exists; never sets max batch below the
+largest warmup batch; at the limits with a growing queue it says so (`infeasible`, with demand, capacity
+and the replicas it would take).
+
+The gates stay: missing data, windows already judged, windows overlapping the last change, replicas not
+ready, noise (K bad windows; one when it shows overload), hysteresis (a band between the aim and the
+comfort line), a draining backlog (waited for) and the cooldown between reloads.
 """
 
 from __future__ import annotations
@@ -29,11 +28,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
 
 from tailtune.api.v1alpha1 import Batching
-from tailtune.tuner.curve import add_point, largest_exact_batch, predict_ms, predict_trend_ms
-from tailtune.tuner.types import CurvePoint, Decision, Observation, Policy, TunerState
+from tailtune.tuner.model import max_rate, predict
+from tailtune.tuner.servicetime import Curve, learn, merged
+from tailtune.tuner.types import Decision, InForce, Observation, Policy, TunerState
 
 # Reason codes (CamelCase, for Events and conditions).
 WINDOW_ALREADY_SEEN = "WindowAlreadySeen"
@@ -46,465 +45,403 @@ WITHIN_BAND = "WithinBand"
 COOLDOWN = "Cooldown"
 SETTLED = "Settled"
 AT_LIMITS = "AtLimits"
+SLO_INFEASIBLE = "SLOInfeasible"
 BATCHING_TIGHTENED = "BatchingTightened"
 BATCHING_WIDENED = "BatchingWidened"
 SCALED_OUT = "ScaledOut"
 SCALED_IN = "ScaledIn"
 BACKLOG_DRAINING = "BacklogDraining"
 
-# Completed requests understate demand while the queue grows: without a measured growth, assume this much.
-SATURATED_DEMAND_FACTOR = 1.25
 # A pending count growing faster than this share of the completion rate is a backlog.
 GROWTH_SHARE = 0.05
+# Without a measured queue growth, a backlogged window's demand is at least this share over completions.
+SATURATED_DEMAND_FACTOR = 1.25
 # A queue time above this share of the SLO, or above this many batch times, means a backlog.
 BACKLOG_SHARE_OF_SLO = 0.5
 BACKLOG_BATCHES = 3.0
 # A backlog is sized to drain within this many intervals.
 DRAIN_INTERVALS = 2
-# Batches this full of max_batch mean the cap binds.
-FULL_BATCH_SHARE = 0.85
-# Windows teach the curve at a load steady within this share; their point is exact with a mean batch at
-# most SINGLE_BATCH or at least this share of max_batch.
-STEADY_RATE_SHARE = 0.2
-SINGLE_BATCH = 1.2
-FULL_BATCH_LEARN_SHARE = 0.9
-# A cut for efficiency alone must take max_batch below this share of its value (else not worth a reload).
-CUT_SHARE = 0.85
-# The pessimistic model assumes no batching gain past the data; max_batch may go this many times past its
-# latency cap before the law cuts without evidence.
-UNMEASURED_SLACK = 2
-# Under pressure max_batch may grow to this many times its value on the curve's trend alone.
-TREND_REACH = 2
-# Per-request cost within this share of the best counts as the best (prefer the smaller batch).
-EFFICIENCY_TOLERANCE = 1.02
+# Calibration stays within these bounds and moves halfway (in log) to each clean window's ratio.
+CALIBRATION_RANGE = (0.5, 4.0)
+CALIBRATION_WEIGHT = 0.5
+# A candidate must beat the config in force by this share of robust load to be worth a reload.
+SWITCH_GAIN = 1.15
+# Past the largest measured size the model is a bet: at most this many times that size.
+EXPLORE_REACH = 2
 
 
 @dataclass(frozen=True)
-class Target:
-    """What the curve model says for a load.
-
-    `latency_cap` is the largest batch that keeps the aim by the pessimistic model (the bound for trying
-    larger batches); `trend_cap` the same with the last measured slope carried past the data; `seen_cap`
-    the largest that data within their range allow (batch_max when no data speak against any size: only
-    evidence cuts); `efficient` the cheapest batch per request where exact
-    data show the cost rising past it, else None. `max_batch` is the recommendation: `efficient`, or
-    the latency cap.
-    """
+class Candidate:
+    """One batching config with what the model says of it for one replica."""
 
     max_batch: int
     delay_us: int
+    capacity_rps: float  # full batches back to back
+    robust_rps: float  # most load within the aim (calibrated), capped by capacity at the target utilisation
+    extrapolated: bool
+
+    def carries(self) -> float:
+        """Load one replica is planned to carry."""
+        return self.robust_rps
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The cheapest config for a load, or the most capable one when none carries it."""
+
+    candidate: Candidate
     replicas: int
-    latency_cap: int
-    seen_cap: int
-    trend_cap: int
-    efficient: int | None
-    capacity_rps: float
-    exec_ms: float
+    feasible: bool
+    load_rps: float
 
 
 @dataclass(frozen=True)
 class _Reading:
-    """What one window says, in the law's terms."""
-
     p_ms: float
+    rate: float
     demand_rps: float
-    per_replica_rps: float
-    util: float | None
     saturated: bool
     over: bool
     comfortable: bool
-    batches_full: bool
-    # Over the SLO with the device the bottleneck: one window is enough to act.
     overloaded: bool
-    # The pending count shrinks: the latency still shows a past backlog, not the config.
     draining: bool
-    # Requests pending (estimated), to be drained on top of the demand.
     backlog: float
 
 
-def compute_target(points: tuple[CurvePoint, ...], demand_rps: float, policy: Policy) -> Target | None:
-    """The batching and replicas the curve model recommends for a total load; None without a curve."""
-    if not points:
-        return None
-    sizes = range(policy.batch_min, policy.batch_max + 1)
-    exec_ms = {b: predict_ms(points, b) or 0.0 for b in sizes}
-    seen = max(p.batch for p in points)
-
-    def keeps_aim(b: int) -> bool:
-        # With the delay the law would add at this load on one replica (more replicas only shrink it).
-        return 2 * exec_ms[b] + _delay_us(b, exec_ms[b], demand_rps, policy) / 1000 <= policy.aim_ms
-
-    latency_cap = max((b for b in sizes if keeps_aim(b)), default=policy.batch_min)
-    # With the measured slope carried on (a bet, bounded by the caller).
-    trend_cap = max(
-        (b for b in sizes if 2 * (predict_trend_ms(points, b) or math.inf) <= policy.aim_ms),
-        default=policy.batch_min,
-    )
-    too_slow = [b for b in sizes if b <= seen and not keeps_aim(b)]
-    seen_cap = max(policy.batch_min, min(too_slow) - 1) if too_slow else policy.batch_max
-    per_request = {b: exec_ms[b] / b for b in sizes if b <= latency_cap}
-    best = min(per_request.values())
-    cheapest = min(b for b, c in per_request.items() if c <= best * EFFICIENCY_TOLERANCE)
-    # Past the data the model is flat by construction: only exact data can show the cost rising.
-    efficient = cheapest if cheapest < 0.9 * largest_exact_batch(points) else None
-    max_batch = efficient if efficient is not None else latency_cap
-    capacity = 1000.0 * max_batch / exec_ms[max_batch]
-    needed = math.ceil(demand_rps / (policy.util_target * capacity)) if demand_rps > 0 else 1
-    replicas = min(policy.replicas_max, max(policy.replicas_min, needed))
-    return Target(
-        max_batch=max_batch,
-        delay_us=_delay_us(max_batch, exec_ms[max_batch], demand_rps / replicas, policy),
-        replicas=replicas,
-        latency_cap=latency_cap,
-        seen_cap=seen_cap,
-        trend_cap=max(latency_cap, trend_cap),
-        efficient=efficient,
-        capacity_rps=capacity,
-        exec_ms=exec_ms[max_batch],
-    )
-
-
-def _delay_us(batch: int, exec_ms: float, per_replica_rps: float, policy: Policy) -> int:
-    """Queue delay: only with several instances and enough load to fill the batch while waiting."""
-    if policy.instances <= 1 or per_replica_rps <= 0 or batch <= 1:
-        return policy.delay_min_us
-    if per_replica_rps * exec_ms / batch / 1000 < 0.5:
-        return policy.delay_min_us
-    fill_us = (batch - 1) / per_replica_rps * 1e6
-    slack_us = max(0.0, (policy.aim_ms - 2 * exec_ms) * 1000 / 2)
-    return int(min(policy.delay_max_us, max(policy.delay_min_us, min(fill_us, slack_us))))
-
-
-def decide(state: TunerState, observation: Observation, policy: Policy, now: datetime) -> Decision:
-    """Decide the next config from one window of observation. See the module docstring."""
+def decide(state: TunerState, in_force: InForce, observation: Observation, policy: Policy, now: datetime) -> Decision:
+    """Decide the config to have in force after one window. See the module docstring."""
     obs = observation
     if state.last_window_end is not None and obs.window_end <= state.last_window_end:
-        return _hold(state, WINDOW_ALREADY_SEEN, f"window ending {obs.window_end.isoformat()} already judged")
-    st = _learn(state, obs, policy).model_copy(
+        return _hold(state, in_force, WINDOW_ALREADY_SEEN, f"window ending {obs.window_end.isoformat()} already judged")
+    # Per-size execution times do not depend on the batching in force: learn from every window.
+    st = state.model_copy(
         update={
             "last_window_end": obs.window_end,
-            "last_rate": _demand(obs) if obs.request_rate is not None else None,
+            "live": learn(state.live, obs.batch_stats),
+            "last_rate": None if obs.request_rate is None else _completions_plus_growth(obs),
         }
     )
-
     pname = f"P{policy.percentile:g}"
     if obs.p_latency_ms is None and obs.request_rate == 0:
-        return _hold(_reset(st), NO_TRAFFIC, "no requests in the window; holding the config")
+        return _hold(_reset(st), in_force, NO_TRAFFIC, "no requests in the window; holding the config")
     if (
         obs.p_latency_ms is None
         or obs.request_rate is None
         or (obs.sample_count is not None and obs.sample_count < policy.min_samples)
     ):
-        missing = (
-            "latency" if obs.p_latency_ms is None else "request rate" if obs.request_rate is None else ""
-        )
+        missing = "latency" if obs.p_latency_ms is None else "request rate" if obs.request_rate is None else ""
         what = f"{missing} signal missing" if missing else f"only {obs.sample_count} samples"
         st = _reset(st).model_copy(update={"missing_windows": st.missing_windows + 1})
-        return _hold(st, SIGNAL_MISSING, f"{what}; holding the config, never moving blind", missing=True)
-
-    slo_met = obs.p_latency_ms <= policy.slo_ms
-    if st.last_change is not None and obs.window_start < st.last_change:
+        return _hold(st, in_force, SIGNAL_MISSING, f"{what}; holding the config, never moving blind", missing=True)
+    if in_force.changed_at is not None and obs.window_start < in_force.changed_at:
         return _hold(
             st,
+            in_force,
             STALE_WINDOW,
-            f"window from {obs.window_start.isoformat()} overlaps the change at {st.last_change.isoformat()}",
-            slo_met=slo_met,
+            f"window from {obs.window_start.isoformat()} overlaps the change at {in_force.changed_at.isoformat()}",
         )
-    if obs.ready_replicas is not None and obs.ready_replicas < st.replicas:
-        return _hold(
-            st, REPLICAS_NOT_READY, f"{obs.ready_replicas}/{st.replicas} replicas ready", slo_met=slo_met
-        )
+    if obs.ready_replicas is not None and obs.ready_replicas < in_force.replicas:
+        return _hold(st, in_force, REPLICAS_NOT_READY, f"{obs.ready_replicas}/{in_force.replicas} replicas ready")
 
-    r = _read(obs, obs.p_latency_ms, obs.request_rate, st, policy)
-    # Batches hitting max_batch on a busy device are pressure even while the latency holds: a burst
-    # away from a backlog.
-    pressure = r.batches_full and (r.util or 0.0) >= policy.util_target
-    bad = r.over or r.saturated or pressure
+    curve = Curve(merged(policy.build_curve, st.live))
+    r = _read(obs, obs.p_latency_ms, obs.request_rate, in_force, policy)
+    horizon = obs.window_end - timedelta(seconds=policy.scale_in_window_seconds)
+    recent = (*tuple((t, d) for t, d in st.recent_demand if t > horizon), (obs.window_end, r.demand_rps))
+    st = st.model_copy(update={"recent_demand": recent})
+    if curve and not r.saturated:
+        st = st.model_copy(update={"calibration": _calibrate(st.calibration, curve, r, in_force, policy)})
+    bad = r.over or r.saturated
     good = r.comfortable and not bad
     st = st.model_copy(
         update={
             "missing_windows": 0,
             "bad_windows": st.bad_windows + 1 if bad else 0,
             "good_windows": st.good_windows + 1 if good else 0,
-            # Evidence for scaling in: a replica was seen to serve this much within the aim.
-            "served_per_replica": max(st.served_per_replica, r.per_replica_rps)
-            if not bad
-            else st.served_per_replica,
         }
     )
     seen = f"{pname} {r.p_ms:.1f} ms (aim {policy.aim_ms:.1f}) at {r.demand_rps:.0f} req/s" + (
         ", queue backing up" if r.saturated else ""
     )
-    mode: Literal["relieve", "relax"]
-    if st.bad_windows >= policy.bad_windows or r.overloaded:
-        # Overload is no noise: each window waited makes the backlog to drain larger.
-        mode = "relieve"
-    elif st.good_windows >= policy.good_windows:
-        mode = "relax"
-    elif bad:
-        return _hold(
-            st, CONFIRMING, f"{seen}: bad window {st.bad_windows}/{policy.bad_windows}", slo_met=slo_met
+    if not curve:
+        return _without_curve(st, in_force, r, policy, now, seen)
+
+    load = r.demand_rps * policy.demand_margin + r.backlog / (DRAIN_INTERVALS * policy.interval_seconds)
+    plan = best_plan(curve, load, policy, st.calibration)
+    current = candidate(
+        curve, in_force.batching.max_batch_size, in_force.batching.max_queue_delay_microseconds, policy, st.calibration
+    )
+    at_risk = in_force.replicas * current.carries() < load
+    relieve = st.bad_windows >= policy.bad_windows or r.overloaded
+    relax = st.good_windows >= policy.good_windows
+    cap_total = plan.replicas * plan.candidate.capacity_rps
+    if not relieve and not relax and not (at_risk and not bad):
+        code, why = (
+            (CONFIRMING, f"bad window {st.bad_windows}/{policy.bad_windows}")
+            if bad
+            else (WITHIN_BAND, "within the band")
         )
-    else:
-        return _hold(st, WITHIN_BAND, f"{seen}: within the band", slo_met=slo_met)
+        return _hold(st, in_force, code, f"{seen}: {why}", demand_rps=r.demand_rps, capacity_rps=cap_total)
+    if relieve and r.draining:
+        return _hold(
+            st,
+            in_force,
+            BACKLOG_DRAINING,
+            f"{seen}: the backlog drains; waiting for it",
+            demand_rps=r.demand_rps,
+            capacity_rps=cap_total,
+        )
+    if in_force.changed_at is not None and now - in_force.changed_at < timedelta(seconds=policy.cooldown_seconds):
+        left = policy.cooldown_seconds - (now - in_force.changed_at).total_seconds()
+        return _hold(
+            st,
+            in_force,
+            COOLDOWN,
+            f"{seen}: cooling down, {left:.0f} s left",
+            demand_rps=r.demand_rps,
+            capacity_rps=cap_total,
+        )
 
-    if mode == "relieve" and r.draining:
-        # Capacity already exceeds the demand: a change now would chase the past backlog.
-        return _hold(st, BACKLOG_DRAINING, f"{seen}: the backlog drains; waiting for it", slo_met=slo_met)
-    if st.last_change is not None and now - st.last_change < timedelta(seconds=policy.cooldown_seconds):
-        left = policy.cooldown_seconds - (now - st.last_change).total_seconds()
-        return _hold(st, COOLDOWN, f"{seen}: cooling down, {left:.0f} s left", slo_met=slo_met)
-
-    target = compute_target(st.curve, r.demand_rps, policy)
-    batching, replicas, why = (
-        _relieve(st, r, target, policy) if mode == "relieve" else _relax(st, r, target, policy)
+    target, replicas = _choose(plan, current, in_force, r, relieve, policy)
+    if replicas < in_force.replicas:
+        # Scale in only as far as the highest demand of the stabilization window allows, only once the
+        # window is full of history, and never while requests queue up.
+        peak = max(d for _, d in recent) * policy.demand_margin
+        replicas = max(replicas, min(in_force.replicas, math.ceil(peak / max(target.carries(), 1e-9))))
+        span = (obs.window_end - recent[0][0]).total_seconds() + policy.interval_seconds
+        if r.saturated or span < policy.scale_in_window_seconds:
+            replicas = in_force.replicas
+    infeasible = not plan.feasible and (bad or at_risk)
+    why = _explain(plan, load, curve, policy)
+    unchanged = (target.max_batch, target.delay_us, replicas) == (
+        in_force.batching.max_batch_size,
+        in_force.batching.max_queue_delay_microseconds,
+        in_force.replicas,
     )
-    if batching == st.batching and replicas == st.replicas:
-        code = AT_LIMITS if mode == "relieve" else SETTLED
-        return _hold(st, code, f"{seen}: {why}", slo_met=slo_met)
-    code = _change_code(st, batching, replicas)
-    st = st.model_copy(
-        update={
-            "batching": batching,
-            "replicas": replicas,
-            "last_change": now,
-            "bad_windows": 0,
-            "good_windows": 0,
-            "last_reason_code": code,
-        }
-    )
-    reason = f"{seen}: {why}; {_describe(state.batching, state.replicas)} -> {_describe(batching, replicas)}"
+    if unchanged and relieve and (r.saturated or r.overloaded) and replicas < policy.replicas_max:
+        # The model says the config in force suffices, yet requests pile up: trust the queue.
+        replicas += 1
+        why += "; requests still queue up: one more replica"
+    if (target.max_batch, target.delay_us, replicas) == (
+        in_force.batching.max_batch_size,
+        in_force.batching.max_queue_delay_microseconds,
+        in_force.replicas,
+    ):
+        code = SLO_INFEASIBLE if infeasible else AT_LIMITS if relieve else SETTLED
+        return _hold(
+            st, in_force, code, f"{seen}: {why}", infeasible=infeasible, demand_rps=r.demand_rps, capacity_rps=cap_total
+        )
+    batching = _batching(target.max_batch, target.delay_us, policy)
+    code = _change_code(in_force, batching, replicas)
+    reason = f"{seen}: {why}; {_describe(in_force.batching, in_force.replicas)} -> {_describe(batching, replicas)}"
+    new = InForce(batching=batching, replicas=replicas, changed_at=now, reason=reason, rolled=in_force.rolled)
+    st = st.model_copy(update={"bad_windows": 0, "good_windows": 0, "last_reason_code": code})
     return Decision(
         action="change",
-        batching=batching,
-        replicas=replicas,
+        in_force=new,
         reason=reason,
         reason_code=code,
         state=st,
-        slo_met=slo_met,
+        infeasible=infeasible,
+        demand_rps=r.demand_rps,
+        capacity_rps=cap_total,
     )
 
 
-def _learn(st: TunerState, obs: Observation, policy: Policy) -> TunerState:
-    """Add the window's (mean batch, compute time) to the curve, when one config served a steady load.
+def candidate(curve: Curve, max_batch: int, delay_us: int, policy: Policy, calibration: float) -> Candidate:
+    """What the model says of one batching config for one replica."""
+    t = curve.ms
+    capacity = 1000.0 * max_batch / t(max_batch)
+    aim = policy.aim_ms / max(calibration, 1e-6)
+    robust = max_rate(t, max_batch, delay_us, policy.instances, aim, policy.percentile)
+    return Candidate(
+        max_batch=max_batch,
+        delay_us=delay_us,
+        capacity_rps=capacity,
+        robust_rps=min(robust, policy.util_target * capacity),
+        extrapolated=max_batch > curve.largest,
+    )
 
-    Triton's compute time is per request, so a window's mean weights large batches more than its mean
-    batch does: mixed batch sizes read slow. The point is exact only when the batches were nearly all
-    full or nearly all single requests.
-    """
-    b, ms, rate = obs.avg_batch, obs.compute_ms, obs.request_rate
-    if b is None or ms is None or rate is None:
-        return st
-    if st.last_change is not None and obs.window_start < st.last_change:
-        return st
-    full = b >= FULL_BATCH_LEARN_SHARE * st.batching.max_batch_size
-    demand = _demand(obs)
-    # Full batches are one size whatever the load did; only partial ones mix sizes when the load moves.
+
+def candidate_sizes(curve: Curve, policy: Policy) -> list[int]:
+    """Max batch sizes worth evaluating: measured sizes, powers of two and their midpoints, the bounds."""
+    low = max(policy.batch_min, policy.warmup_max)
+    high = max(low, min(policy.batch_max, EXPLORE_REACH * max(1, curve.largest)))
+    sizes = {low, high, *curve.sizes}
+    b = 1
+    while b <= high:
+        sizes.update({b, b + b // 2})
+        b *= 2
+    return sorted(s for s in sizes if low <= s <= high)
+
+
+def candidate_delays(curve: Curve, max_batch: int, policy: Policy) -> list[int]:
+    """Queue delays worth evaluating: the minimum, and with several instances a fraction of a batch time."""
+    delays = {policy.delay_min_us}
+    if policy.instances > 1 and max_batch > 1:
+        t_us = curve.ms(max_batch) * 1000
+        for share in (0.25, 0.5, 1.0):
+            delays.add(int(min(policy.delay_max_us, max(policy.delay_min_us, share * t_us))))
+    return sorted(delays)
+
+
+def best_plan(curve: Curve, load_rps: float, policy: Policy, calibration: float = 1.0) -> Plan:
+    """The fewest replicas that carry `load_rps`, then the most robust batching, then the smaller batch."""
+    cands = [
+        candidate(curve, b, d, policy, calibration)
+        for b in candidate_sizes(curve, policy)
+        for d in candidate_delays(curve, b, policy)
+    ]
+    best = max(cands, key=lambda c: (c.carries(), -c.max_batch, -c.delay_us))
+    if best.carries() <= 0:
+        best = max(cands, key=lambda c: (c.capacity_rps, -c.max_batch))
+    need = math.ceil(load_rps / best.carries()) if best.carries() > 0 else policy.replicas_max + 1
+    need = max(policy.replicas_min, need)
+    if need > policy.replicas_max:
+        # Nothing within the bounds carries the load: the most capacity, to drain what it can.
+        most = max(cands, key=lambda c: (c.capacity_rps if not c.extrapolated else 0.0, -c.max_batch))
+        return Plan(most, policy.replicas_max, False, load_rps)
+    # Among the most robust (within 2 %), the smallest batch and delay: a larger cap costs nothing at low
+    # load (a greedy batcher forms small batches) and buys headroom, until the model says it breaks the aim.
+    fitting = [c for c in cands if not c.extrapolated or c is best]
+    top = max(c.carries() for c in fitting)
+    pick = min((c for c in fitting if c.carries() >= 0.98 * top), key=lambda c: (c.max_batch, c.delay_us))
+    return Plan(pick, need, True, load_rps)
+
+
+def _choose(
+    plan: Plan, current: Candidate, in_force: InForce, r: _Reading, relieve: bool, policy: Policy
+) -> tuple[Candidate, int]:
+    """The config to move to: the plan, unless the config in force already does the job, and never a cut
+    in capacity under a backlog."""
+    target, replicas = plan.candidate, plan.replicas
+    per = plan.load_rps / max(1, replicas)
     if (
-        not full
-        and st.last_rate is not None
-        and abs(demand - st.last_rate) > STEADY_RATE_SHARE * max(demand, st.last_rate)
+        current.carries() >= per
+        and current.carries() * SWITCH_GAIN >= target.carries()
+        and current.max_batch >= policy.warmup_max
     ):
-        return st
-    if not full and _backlogged(obs, st, policy):
-        # A queue building up behind half-full batches is a regime change inside the window.
-        return st
-    exact = full or b <= SINGLE_BATCH
-    return st.model_copy(update={"curve": add_point(st.curve, b, ms, exact)})
+        # The batching in force carries the planned load and nothing is much more robust: no reload.
+        target = current
+    if r.saturated or r.backlog > 0:
+        old_cap = in_force.replicas * current.capacity_rps
+        if replicas * target.capacity_rps < old_cap:
+            replicas = max(replicas, min(policy.replicas_max, math.ceil(old_cap / target.capacity_rps)))
+        if replicas * target.capacity_rps < old_cap:
+            target, replicas = current, max(replicas, in_force.replicas)
+    if not relieve:
+        # Comfortable: give back replicas, never reach for more without evidence of pressure.
+        replicas = min(replicas, in_force.replicas) if not plan.feasible else replicas
+    return target, replicas
 
 
-def _demand(obs: Observation) -> float:
-    """Offered load: completions plus the growth of the queue, when measured."""
-    rate = obs.request_rate or 0.0
-    return rate + max(0.0, obs.queue_growth_rps or 0.0)
+def _calibrate(old: float, curve: Curve, r: _Reading, in_force: InForce, policy: Policy) -> float:
+    """Move the calibration towards this window's observed/predicted ratio of the config in force."""
+    per = r.demand_rps / max(1, in_force.replicas)
+    pred = predict(
+        curve.ms,
+        in_force.batching.max_batch_size,
+        in_force.batching.max_queue_delay_microseconds,
+        policy.instances,
+        per,
+        policy.percentile,
+    ).p_ms
+    if not (math.isfinite(pred) and pred > 0 and r.p_ms > 0):
+        return old
+    lo, hi = CALIBRATION_RANGE
+    ratio = min(hi, max(lo, r.p_ms / pred))
+    value = math.exp((1 - CALIBRATION_WEIGHT) * math.log(old) + CALIBRATION_WEIGHT * math.log(ratio))
+    return round(value, 4)
 
 
-def _backlogged(obs: Observation, st: TunerState, policy: Policy) -> bool:
-    """Whether requests pile up: queued for several batch times or a large share of the SLO, or growing.
+def _without_curve(
+    st: TunerState, in_force: InForce, r: _Reading, policy: Policy, now: datetime, seen: str
+) -> Decision:
+    """No measured service time yet: only replicas can answer a confirmed overload."""
+    if st.bad_windows < policy.bad_windows and not r.overloaded:
+        return _hold(
+            st, in_force, CONFIRMING if r.over or r.saturated else WITHIN_BAND, f"{seen}: no service-time curve yet"
+        )
+    if in_force.changed_at is not None and now - in_force.changed_at < timedelta(seconds=policy.cooldown_seconds):
+        return _hold(st, in_force, COOLDOWN, f"{seen}: cooling down")
+    if in_force.replicas >= policy.replicas_max:
+        return _hold(
+            st,
+            in_force,
+            AT_LIMITS,
+            f"{seen}: no service-time curve to plan batching; replicas at their maximum",
+            infeasible=r.saturated,
+        )
+    replicas = in_force.replicas + 1
+    reason = f"{seen}: no service-time curve to plan batching: one more replica"
+    new = in_force.model_copy(update={"replicas": replicas, "changed_at": now, "reason": reason})
+    st = st.model_copy(update={"bad_windows": 0, "good_windows": 0, "last_reason_code": SCALED_OUT})
+    return Decision(
+        action="change", in_force=new, reason=reason, reason_code=SCALED_OUT, state=st, demand_rps=r.demand_rps
+    )
 
-    A greedy batcher keeps the device busy at any load by shrinking batches, so utilisation says little.
-    """
-    delay_ms = st.batching.max_queue_delay_microseconds / 1000
+
+def _completions_plus_growth(obs: Observation) -> float:
+    return (obs.request_rate or 0.0) + max(0.0, obs.queue_growth_rps or 0.0)
+
+
+def _read(obs: Observation, p_ms: float, rate: float, in_force: InForce, policy: Policy) -> _Reading:
+    delay_ms = in_force.batching.max_queue_delay_microseconds / 1000
+    waiting_ms = (obs.queue_ms or 0.0) - delay_ms
     backlog_ms = min(
         BACKLOG_SHARE_OF_SLO * policy.slo_ms,
         BACKLOG_BATCHES * (obs.compute_ms if obs.compute_ms is not None else math.inf),
     )
     growth = obs.queue_growth_rps
-    return (obs.queue_ms is not None and obs.queue_ms - delay_ms >= backlog_ms) or (
-        growth is not None and obs.request_rate is not None and growth > GROWTH_SHARE * obs.request_rate
-    )
-
-
-def _read(obs: Observation, p_ms: float, rate: float, st: TunerState, policy: Policy) -> _Reading:
-    replicas = max(1, obs.ready_replicas if obs.ready_replicas is not None else st.replicas)
-    util = None
-    if obs.compute_ms is not None and obs.avg_batch is not None and obs.avg_batch > 0:
-        # Request-weighted compute over-weights big batches, so this reads high: only a hint of a busy
-        # device, acted on together with full batches or a latency over the aim.
-        util = rate / replicas * obs.compute_ms / obs.avg_batch / 1000
-    saturated = _backlogged(obs, st, policy)
-    growth = obs.queue_growth_rps
-    fallback = rate * SATURATED_DEMAND_FACTOR if saturated else rate
-    demand = rate + max(0.0, growth) if growth is not None else fallback
-    batches_full = (
-        obs.avg_batch is not None and obs.avg_batch >= FULL_BATCH_SHARE * st.batching.max_batch_size
-    )
     growing = growth is not None and growth > GROWTH_SHARE * rate
-    waiting_ms = (obs.queue_ms or 0.0) - st.batching.max_queue_delay_microseconds / 1000
-    # Requests wait past the batch in flight, or pile up, while batches fill or the device is near full.
-    device_full = batches_full or (util or 0.0) >= policy.util_high
-    queued = growing or (obs.compute_ms is not None and waiting_ms >= obs.compute_ms)
-    # Pending now: what the window added, or what Little's law says waits on average.
+    saturated = (obs.queue_ms is not None and waiting_ms >= backlog_ms) or growing
+    demand = rate + max(0.0, growth) if growth is not None else rate * (SATURATED_DEMAND_FACTOR if saturated else 1.0)
     backlog = max(max(0.0, growth or 0.0) * obs.span_seconds, rate * max(0.0, waiting_ms) / 1000)
-    # The queue shrinks fast enough to be gone within a few intervals.
     drain_s = 2 * DRAIN_INTERVALS * policy.interval_seconds
     draining = growth is not None and growth < -GROWTH_SHARE * rate and backlog <= -growth * drain_s
+    queued = growing or (obs.compute_ms is not None and waiting_ms >= obs.compute_ms)
     return _Reading(
         p_ms=p_ms,
+        rate=rate,
         demand_rps=demand,
-        per_replica_rps=demand / replicas,
-        util=util,
         saturated=saturated,
         over=p_ms > policy.aim_ms,
         comfortable=p_ms < policy.comfort_ms and not saturated,
-        batches_full=batches_full,
-        overloaded=p_ms > policy.slo_ms and device_full and queued and not draining,
+        overloaded=p_ms > policy.slo_ms and queued and not draining,
         draining=draining,
         backlog=backlog if saturated else 0.0,
     )
 
 
-def _relieve(st: TunerState, r: _Reading, target: Target | None, policy: Policy) -> tuple[Batching, int, str]:
-    """Bad for K windows: bring the latency back under the aim."""
-    cur = st.batching
-    replicas = st.replicas
-    if target is None:
-        if replicas < policy.replicas_max:
-            return cur, replicas + 1, "no compute/batch data to tune batching: one more replica"
-        return cur, replicas, "no compute/batch data to tune batching and replicas at their maximum"
-    max_batch = cur.max_batch_size
-    why = f"batches up to {target.latency_cap} keep the aim"
-    cut = _cut_to(max_batch, target)
-    grow = _grow_to(max_batch, target, r, policy)
-    if cut is not None:
-        max_batch = _step(max_batch, cut, policy.max_batch_step)
-        why += f"; above {cut} batches are seen to break the aim or cost more per request"
-    elif grow is not None:
-        max_batch = _step(max_batch, grow, policy.max_batch_step)
-        why += "; batches are full and the queue backs up: larger ones"
-    delay = _step(cur.max_queue_delay_microseconds, target.delay_us, policy.max_delay_step_us)
-    capacity = _capacity(st.curve, max_batch)
-    # The backlog must drain within a couple of intervals, on top of the demand.
-    drain_rps = r.backlog / (DRAIN_INTERVALS * policy.interval_seconds)
-    load = r.demand_rps + drain_rps
-    needed = math.ceil(load / (policy.util_target * capacity)) if capacity > 0 else replicas
-    if replicas < policy.replicas_max:
-        if r.saturated or needed > replicas:
-            # Larger batches are a bet past the data: the model only credits capacity it has seen.
-            replicas = min(policy.replicas_max, max(replicas + 1, needed))
-            why += f"; {capacity:.0f} req/s per replica at batch {max_batch}"
-            why += f" for {load:.0f} req/s with the backlog" if drain_rps else ""
-            why += f": {replicas} replicas"
-        elif max_batch == cur.max_batch_size and delay == cur.max_queue_delay_microseconds:
-            replicas += 1
-            why += "; latency unexplained by batching: one more replica"
-    if (max_batch, delay, replicas) == (cur.max_batch_size, cur.max_queue_delay_microseconds, st.replicas):
-        if delay > policy.delay_min_us:
-            delay = _step(delay, policy.delay_min_us, policy.max_delay_step_us)
-            why += "; less delay"
-        else:
-            why += "; nothing left to move within the bounds"
-    return _batching(max_batch, delay, policy), replicas, why
-
-
-def _relax(st: TunerState, r: _Reading, target: Target | None, policy: Policy) -> tuple[Batching, int, str]:
-    """Comfortable for K windows: give back replicas and unsafe batching, never reach for more."""
-    cur = st.batching
-    if target is None:
-        return cur, st.replicas, "comfortable; no curve to plan with"
-    max_batch = cur.max_batch_size
-    cut = _cut_to(max_batch, target)
-    if cut is not None:
-        max_batch = _step(max_batch, cut, policy.max_batch_step)
-    delay = _step(cur.max_queue_delay_microseconds, target.delay_us, policy.max_delay_step_us)
-    replicas = st.replicas
-    why = "comfortable"
-    if replicas > policy.replicas_min:
-        after = r.demand_rps / (replicas - 1)
-        util_after = after / _capacity(st.curve, max_batch)
-        if util_after <= policy.util_scale_in or after <= st.served_per_replica:
-            replicas -= 1
-            why += f"; one replica fewer would serve {after:.0f} req/s each"
-            why += (
-                f", {util_after:.0%} of its modelled capacity"
-                if util_after <= policy.util_scale_in
-                else f", as one served within the aim before ({st.served_per_replica:.0f} req/s)"
-            )
-    if max_batch < cur.max_batch_size:
-        why += f"; batches above {cut} are seen to break the aim or cost more per request"
-    return _batching(max_batch, delay, policy), replicas, why
-
-
-def _cut_to(max_batch: int, target: Target) -> int | None:
-    """Where to cut max_batch: data show it too slow or clearly less efficient, or it is far past the data."""
-    if max_batch > target.seen_cap:
-        return min(target.seen_cap, target.efficient or target.seen_cap)
-    if target.efficient is not None and target.efficient < CUT_SHARE * max_batch:
-        return target.efficient
-    if max_batch > UNMEASURED_SLACK * target.latency_cap:
-        # Far past anything measured, where a superlinear curve would collapse under a load step.
-        return UNMEASURED_SLACK * target.latency_cap
-    return None
-
-
-def _grow_to(max_batch: int, target: Target, r: _Reading, policy: Policy) -> int | None:
-    """Where to widen max_batch when throughput is short; None when data say larger is no better."""
-    busy = (r.util or 0.0) >= policy.util_target
-    if not (r.saturated or r.overloaded or (busy and (r.batches_full or r.over))):
-        return None
-    if target.efficient is not None and target.efficient <= max_batch:
-        return None
-    # Where time still grows slower than the batch, go straight to where the trend keeps the aim, at most
-    # double: one reload instead of several small steps while the SLO is missed.
-    goal = target.latency_cap
-    trend = min(target.trend_cap, TREND_REACH * max_batch)
-    if CUT_SHARE * trend > max_batch:
-        # A bet is worth a reload only when it moves max_batch by a good share.
-        goal = max(goal, trend)
-    if r.saturated and (r.batches_full or r.overloaded):
-        # Backlogged at full batches: the pessimistic model is already wrong about latency; try double.
-        goal = max(goal, TREND_REACH * max_batch)
-    goal = min(goal, target.seen_cap, policy.batch_max)
-    return goal if goal > max_batch else None
-
-
-def _capacity(points: tuple[CurvePoint, ...], max_batch: int) -> float:
-    """Requests/s one replica serves in batches of max_batch, by the (pessimistic) model."""
-    ms = predict_ms(points, max_batch)
-    return 1000.0 * max_batch / ms if ms else 0.0
-
-
-def _step(current: int, target: int, step: int) -> int:
-    return current + max(-step, min(step, target - current))
+def _explain(plan: Plan, load: float, curve: Curve, policy: Policy) -> str:
+    c = plan.candidate
+    bet = f" (past the largest measured batch {curve.largest}: extrapolated)" if c.extrapolated else ""
+    if not plan.feasible:
+        need = math.ceil(load / c.carries()) if c.carries() > 0 else math.inf
+        return (
+            f"infeasible within the bounds: {load:.0f} req/s with margin needs {need} replicas at max batch "
+            f"{c.max_batch} ({c.carries():.0f} req/s each within the aim{bet}); at most {policy.replicas_max}"
+        )
+    return (
+        f"model: max batch {c.max_batch}{bet} carries {c.carries():.0f} req/s per replica within the aim "
+        f"(capacity {c.capacity_rps:.0f}); {load:.0f} req/s with margin takes {plan.replicas}"
+    )
 
 
 def _batching(max_batch: int, delay_us: int, policy: Policy) -> Batching:
     preferred = [c for c in policy.preferred_candidates if c <= max_batch]
-    return Batching(
-        max_batch_size=max_batch, preferred_batch_sizes=preferred, max_queue_delay_microseconds=delay_us
-    )
+    return Batching(max_batch_size=max_batch, preferred_batch_sizes=preferred, max_queue_delay_microseconds=delay_us)
 
 
-def _change_code(st: TunerState, batching: Batching, replicas: int) -> str:
-    if replicas > st.replicas:
+def _change_code(in_force: InForce, batching: Batching, replicas: int) -> str:
+    if replicas > in_force.replicas:
         return SCALED_OUT
-    if replicas < st.replicas:
+    if replicas < in_force.replicas:
         return SCALED_IN
-    if batching.max_batch_size > st.batching.max_batch_size:
-        return BATCHING_WIDENED
-    if batching.max_batch_size < st.batching.max_batch_size:
-        return BATCHING_TIGHTENED
-    if batching.max_queue_delay_microseconds > st.batching.max_queue_delay_microseconds:
+    old = in_force.batching
+    if (batching.max_batch_size, batching.max_queue_delay_microseconds) > (
+        old.max_batch_size,
+        old.max_queue_delay_microseconds,
+    ):
         return BATCHING_WIDENED
     return BATCHING_TIGHTENED
 
@@ -518,16 +455,24 @@ def _reset(st: TunerState) -> TunerState:
 
 
 def _hold(
-    st: TunerState, code: str, reason: str, *, missing: bool = False, slo_met: bool | None = None
+    st: TunerState,
+    in_force: InForce,
+    code: str,
+    reason: str,
+    *,
+    missing: bool = False,
+    infeasible: bool = False,
+    demand_rps: float | None = None,
+    capacity_rps: float | None = None,
 ) -> Decision:
-    st = st.model_copy(update={"last_reason_code": code})
     return Decision(
         action="hold",
-        batching=st.batching,
-        replicas=st.replicas,
+        in_force=in_force,
         reason=reason,
         reason_code=code,
-        state=st,
+        state=st.model_copy(update={"last_reason_code": code}),
         signal_missing=missing,
-        slo_met=slo_met,
+        infeasible=infeasible,
+        demand_rps=demand_rps,
+        capacity_rps=capacity_rps,
     )

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from tailtune.api.v1alpha1 import Batching
 from tailtune.tuner.law import decide
-from tailtune.tuner.types import Decision, Observation, Policy, TunerState
+from tailtune.tuner.types import Decision, InForce, Observation, Policy, TunerState
 
 
 class ObservationReader(Protocol):
@@ -37,17 +37,18 @@ def tune_once(
     applier: ConfigApplier,
     recorder: DecisionRecorder,
     state: TunerState,
+    in_force: InForce,
     policy: Policy,
     now: datetime,
-) -> tuple[TunerState, Decision]:
-    """Read, decide, apply a change if any, record; return the state to keep and the decision.
+) -> tuple[TunerState, InForce, Decision]:
+    """Read, decide, apply a change if any, record; return the state and config in force to keep.
 
-    If applying fails the exception propagates and the caller keeps the old state, so the change is
-    decided again on the next tick instead of being believed done.
+    If applying fails the exception propagates and the caller keeps the old state and config, so the change
+    is decided again on the next tick instead of being believed done.
     """
     observation = reader.read(now)
-    decision = decide(state, observation, policy, now)
+    decision = decide(state, in_force, observation, policy, now)
     if decision.changed:
         applier.apply(decision.batching, decision.replicas)
     recorder.record(decision, observation)
-    return decision.state, decision
+    return decision.state, decision.in_force, decision

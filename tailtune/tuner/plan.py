@@ -1,23 +1,26 @@
 """`tailtune plan`: the config the tuner would start from for a service-time curve and a load.
 
-It feeds the curve to the law's own planner (`compute_target`) as if every batch size had been measured,
-then simulates Poisson arrivals at that load to predict the P99 and throughput, next to Triton's default.
+It feeds the curve to the law's own planner (`best_plan`) as if every batch size had been measured, then
+simulates Poisson arrivals at that load to predict the P99 and throughput, next to Triton's default. When no
+config within the bounds carries the load it says what it would take and exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import TextIO
 
 import numpy as np
 
 from tailtune.api.v1alpha1 import Batching, IntRange, Replicas, Slo, Tuning
-from tailtune.sim import SimCluster as Cluster
-from tailtune.sim import linear_power, named_curve, poisson
+from tailtune.sim import SimCluster, linear_power, named_curve, poisson
 from tailtune.sim.curves import CURVES, ServiceCurve
-from tailtune.tuner.law import compute_target
-from tailtune.tuner.types import CurvePoint, Policy
+from tailtune.tuner.law import best_plan
+from tailtune.tuner.model import predict
+from tailtune.tuner.servicetime import Curve, CurvePoint
+from tailtune.tuner.types import Policy
 
 WARMUP_S = 10.0
 
@@ -45,7 +48,7 @@ def _predict(
 ) -> tuple[float, float, float]:
     """(P99 ms, served req/s, share within the SLO) of a config at the load, after a warm-up."""
     trace = poisson(args.rate, args.seconds + WARMUP_S, args.seed)
-    cluster = Cluster(
+    cluster = SimCluster(
         curve,
         trace.arrivals,
         batching,
@@ -76,31 +79,51 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         top,
         instances=args.instances,
     )
-    points = tuple(CurvePoint(batch=b, ms=curve.ms(b), exact=True) for b in range(1, top + 1))
-    target = compute_target(points, args.rate, policy)
-    if target is None:  # unreachable with a curve; keeps the type checker honest
-        return 1
-    batching = Batching(max_batch_size=target.max_batch, max_queue_delay_microseconds=target.delay_us)
+    points = tuple(CurvePoint(batch=b, ms=curve.ms(b), source="build") for b in range(1, top + 1))
+    model_curve = Curve(points)
+    plan = best_plan(model_curve, args.rate * policy.demand_margin, policy)
+    c = plan.candidate
     pname = f"P{args.percentile:g}"
+    print(f"tailtune plan: {curve.name} at {args.rate:g} req/s, SLO {pname} <= {args.slo_ms:g} ms", file=stream)
+    single = curve.ms(1)
+    if 2 * single > args.slo_ms:
+        print(
+            f"infeasible: one request alone takes {single:.1f} ms and a second in flight doubles it; no batching "
+            f"config keeps {pname} under {args.slo_ms:g} ms. "
+            f"Raise --slo-ms to at least {2 * single / policy.headroom:.1f}.",
+            file=stream,
+        )
+        return 1
+    if not plan.feasible:
+        need = math.ceil(plan.load_rps / c.carries()) if c.carries() > 0 else None
+        more = f"{need} replicas" if need else "a faster device or a looser SLO"
+        print(
+            f"infeasible within --replicas-max {args.replicas_max}: {args.rate:g} req/s (x{policy.demand_margin:.2f} "
+            f"margin) needs {more}; the best config, max batch {c.max_batch}, carries {c.carries():.0f} req/s per "
+            f"replica within {pname} {policy.aim_ms:g} ms (capacity {c.capacity_rps:.0f}). Raise --replicas-max.",
+            file=stream,
+        )
+        return 1
+    batching = Batching(max_batch_size=c.max_batch, max_queue_delay_microseconds=c.delay_us)
     print(
-        f"tailtune plan: {curve.name} at {args.rate:g} req/s, SLO {pname} <= {args.slo_ms:g} ms", file=stream
-    )
-    print(
-        f"start config: max_batch_size {target.max_batch}, max_queue_delay_microseconds {target.delay_us}, "
-        f"replicas {target.replicas}",
+        f"start config: max_batch_size {c.max_batch}, max_queue_delay_microseconds {c.delay_us}, "
+        f"replicas {plan.replicas}",
         file=stream,
     )
+    model_p = predict(
+        model_curve.ms, c.max_batch, c.delay_us, args.instances, args.rate / plan.replicas, args.percentile
+    )
     print(
-        f"  batches of {target.max_batch} take {target.exec_ms:.1f} ms; {target.capacity_rps:.0f} req/s per "
-        f"replica at full batches; batches up to {target.latency_cap} keep {pname} under "
-        f"{policy.aim_ms:g} ms",
+        f"  batches of {c.max_batch} take {curve.ms(c.max_batch):.1f} ms; {c.capacity_rps:.0f} req/s per replica at "
+        f"full batches; {c.carries():.0f} req/s per replica within {pname} {policy.aim_ms:g} ms (the aim); the "
+        f"queueing model predicts {pname} {model_p.p_ms:.1f} ms at this load",
         file=stream,
     )
     print(f"predicted ({args.seconds:g} s of Poisson arrivals, seed {args.seed}):", file=stream)
     print(f"  {'config':<28} {pname + ' ms':>10} {'served req/s':>13} {'within SLO':>11}", file=stream)
     rows = [
-        (f"tailtune start (batch {target.max_batch})", batching, target.replicas),
-        (f"triton default (batch {top})", Batching(max_batch_size=top), target.replicas),
+        (f"tailtune start (batch {c.max_batch})", batching, plan.replicas),
+        (f"triton default (batch {top})", Batching(max_batch_size=top), plan.replicas),
     ]
     for label, b, r in rows:
         p, served, within = _predict(curve, b, r, args)

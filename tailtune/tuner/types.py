@@ -6,12 +6,14 @@ annotation and the tuner survives restarts.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tailtune.api.v1alpha1 import Batching, Replicas, Slo, Tuning
+from tailtune.tuner.servicetime import BatchSample, CurvePoint
 
 # Triton's latency summaries cover a fixed sliding 60 s, whatever the SLO window.
 SUMMARY_WINDOW_SECONDS = 60.0
@@ -39,6 +41,8 @@ class Observation(_Frozen):
     queue_growth_rps: float | None = None
     ready_replicas: int | None = None
     sample_count: int | None = None
+    # Triton's per-batch-size statistics over the window (deltas): the live service-time curve.
+    batch_stats: tuple[BatchSample, ...] = ()
 
     @property
     def window_start(self) -> datetime:
@@ -74,10 +78,23 @@ class Policy(_Frozen):
     util_target: float = 0.85
     util_high: float = 0.93
     util_scale_in: float = 0.6
+    # The engine build's measured service time (batch -> ms); live statistics refine it.
+    build_curve: tuple[CurvePoint, ...] = ()
+    # Largest warmup batch the config renders: Triton refuses a max_batch_size below it.
+    warmup_max: int = 1
+    # Scale in only to what the highest demand of this many seconds needs (HPA's scale-down default).
+    scale_in_window_seconds: float = 300.0
 
     @classmethod
     def from_spec(
-        cls, slo: Slo, tuning: Tuning, replicas: Replicas, engine_max_batch: int, instances: int = 1
+        cls,
+        slo: Slo,
+        tuning: Tuning,
+        replicas: Replicas,
+        engine_max_batch: int,
+        instances: int = 1,
+        build_curve: tuple[CurvePoint, ...] = (),
+        warmup_max: int = 1,
     ) -> Policy:
         """Build the policy from the spec; the engine's max batch caps the tuning range."""
         batch_max = max(1, min(tuning.max_batch_size.max, engine_max_batch))
@@ -98,7 +115,14 @@ class Policy(_Frozen):
             replicas_min=max(1, replicas.min),
             replicas_max=max(1, replicas.max),
             instances=instances,
+            build_curve=build_curve,
+            warmup_max=max(1, min(warmup_max, batch_max)),
         )
+
+    @property
+    def demand_margin(self) -> float:
+        """Capacity a config must have per unit of measured demand (queueing headroom)."""
+        return 1.0 / self.util_target
 
     @property
     def aim_ms(self) -> float:
@@ -111,41 +135,58 @@ class Policy(_Frozen):
         return self.headroom * self.aim_ms
 
 
-class CurvePoint(_Frozen):
-    """One learned point of the service-time curve: execution time of a batch of this (mean) size.
+class InForce(_Frozen):
+    """The config in force: batching, replicas, when and why it last changed. One annotation holds it.
 
-    `exact` when the window's batches were nearly all of one size (all full, or nearly all single), so
-    the per-request compute time is the batch's; otherwise it reads high (large batches weigh more).
+    The tuner decides from it and returns a new one with each change; the operator renders the ConfigMap
+    and scales the Deployment from it (`rolled` says a hot reload failed and the pods were rolled instead).
     """
 
-    batch: float
-    ms: float
-    exact: bool = False
-
-
-class TunerState(_Frozen):
-    """What the tuner remembers between decisions; kept on the InferenceService so it survives restarts."""
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     batching: Batching
     replicas: int
-    last_change: datetime | None = None
+    changed_at: datetime | None = Field(default=None, alias="changedAt")
+    reason: str = ""
+    rolled: bool = False
+
+    def to_annotation(self) -> str:
+        """Canonical JSON (camelCase batching, RFC 3339 time)."""
+        return json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True)
+
+    @classmethod
+    def from_annotation(cls, raw: str) -> InForce:
+        """Inverse of `to_annotation`; raises ValueError on a malformed value."""
+        try:
+            data = json.loads(raw)
+            if isinstance(data, dict) and data.get("reason") is None:
+                data.pop("reason", None)  # written as null before the config in force had one model
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ValueError(str(exc)) from exc
+
+
+class TunerState(_Frozen):
+    """What the tuner remembers between decisions; kept on the InferenceService so it survives restarts.
+
+    The config in force is not here (`InForce`): one fact, one home.
+    """
+
     last_window_end: datetime | None = None
     last_rate: float | None = None
     bad_windows: int = 0
     good_windows: int = 0
     missing_windows: int = 0
-    curve: tuple[CurvePoint, ...] = ()
-    # Most requests/s one replica served in a window within the aim (evidence for scaling in).
-    served_per_replica: float = 0.0
+    # Live service-time points from Triton's batch statistics (the build's come with the policy).
+    live: tuple[CurvePoint, ...] = ()
+    # Observed / predicted latency of the config in force (the model's residual bias), geometric EWMA.
+    calibration: float = 1.0
+    # (window end, demand req/s) of the recent windows, for the scale-in stabilization window.
+    recent_demand: tuple[tuple[datetime, float], ...] = ()
     last_reason_code: str = ""
 
-    @classmethod
-    def initial(cls, batching: Batching, replicas: int) -> TunerState:
-        """The state before the first decision: the spec's batching and replicas."""
-        return cls(batching=batching, replicas=replicas)
-
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (camelCase batching, RFC 3339 times)."""
+        """JSON-ready dict (RFC 3339 times)."""
         return self.model_dump(mode="json", by_alias=True)
 
     @classmethod
@@ -161,15 +202,27 @@ class Decision(_Frozen):
     """What the law decided: the config to have in force, why, and the state to keep."""
 
     action: Action
-    batching: Batching
-    replicas: int
+    in_force: InForce
     reason: str
     reason_code: str
     state: TunerState
     # True when the latency signal is missing: the operator says so in a condition.
     signal_missing: bool = False
-    # Whether this window met the SLO (None without a usable window).
-    slo_met: bool | None = None
+    # Demand beyond what the bounds allow: SLOMet=False with reason SLOInfeasible.
+    infeasible: bool = False
+    demand_rps: float | None = None
+    capacity_rps: float | None = None
+    predicted_ms: float | None = None
+
+    @property
+    def batching(self) -> Batching:
+        """The batching to have in force."""
+        return self.in_force.batching
+
+    @property
+    def replicas(self) -> int:
+        """The replicas to have in force."""
+        return self.in_force.replicas
 
     @property
     def changed(self) -> bool:

@@ -9,9 +9,10 @@ from datetime import UTC, datetime
 from tailtune.api.keys import APPLIED_ANNOTATION, TUNER_STATE_ANNOTATION
 from tailtune.api.v1alpha1 import Batching, InferenceService, LatencyStatus, ObjectMeta
 from tailtune.operator.observed import DeploymentObservation, JobObservation, Observed
-from tailtune.operator.spec_checks import applied_config
+from tailtune.operator.inforce import in_force, in_force_annotation
 from tailtune.operator.tuning import slo_condition_moved, state_for, tune_step
-from tailtune.tuner.types import Observation, TunerState
+from tailtune.tuner.servicetime import BatchSample
+from tailtune.tuner.types import InForce, Observation, TunerState
 from tests.unit.factories import IsvcBuilder, make_isvc
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
@@ -87,7 +88,13 @@ def test_prometheus_down_holds_and_reports_missing_latency() -> None:
 
 
 def test_rolling_mode_records_without_touching_pods() -> None:
-    isvc = serving_isvc().set("spec.tuning.mode", "rolling").set("spec.tuning.cooldownSeconds", 0).obj()
+    isvc = (
+        serving_isvc()
+        .set("spec.tuning.mode", "rolling")
+        .set("spec.tuning.cooldownSeconds", 0)
+        .set("spec.serving.replicas", {"min": 1, "max": 3})
+        .obj()
+    )
     cluster = FakeTunerCluster(SERVING)
     # Far over the SLO with a deep queue, several windows in a row: the law must act.
     state_raw = None
@@ -95,6 +102,7 @@ def test_rolling_mode_records_without_touching_pods() -> None:
         obs = Observation(
             window_end=NOW.replace(minute=i * 2), span_seconds=60, p_latency_ms=120.0, request_rate=800.0,
             queue_ms=90.0, compute_ms=10.0, avg_batch=8.0, ready_replicas=1, sample_count=48000,
+            batch_stats=(BatchSample(batch=8, count=6000, ms=10.0),),
         )  # fmt: skip
         if state_raw:
             isvc = isvc.model_copy(
@@ -110,14 +118,23 @@ def test_rolling_mode_records_without_touching_pods() -> None:
     assert ("Normal", decision.reason_code) in cluster.events
 
 
-def test_kept_state_is_dropped_when_the_config_moved_under_it() -> None:
+def test_the_config_in_force_has_one_home_and_falls_back_to_the_spec() -> None:
     isvc = make_isvc().obj()
-    kept = TunerState.initial(Batching(max_batch_size=16), 1).model_copy(update={"bad_windows": 2})
-    moved = make_isvc().annotate(TUNER_STATE_ANNOTATION, json.dumps(kept.to_dict())).obj()
-    assert state_for(moved, applied_config(moved)).bad_windows == 0
-    same = TunerState.initial(isvc.spec.serving.batching, 1).model_copy(update={"bad_windows": 2})
-    kept_ok = make_isvc().annotate(TUNER_STATE_ANNOTATION, json.dumps(same.to_dict())).obj()
-    assert state_for(kept_ok, applied_config(kept_ok)).bad_windows == 2
+    assert in_force(isvc).batching == isvc.spec.serving.batching  # no annotation: the spec's start
+    kept = InForce(batching=Batching(max_batch_size=4), replicas=1, changed_at=NOW, reason="tuned")
+    tuned = make_isvc().annotate(APPLIED_ANNOTATION, in_force_annotation(kept)[APPLIED_ANNOTATION]).obj()
+    assert in_force(tuned) == kept
+    # A config the spec no longer allows (max batch above the engine's profile) is not kept.
+    too_big = kept.model_copy(update={"batching": Batching(max_batch_size=4096)})
+    moved = make_isvc().annotate(APPLIED_ANNOTATION, too_big.to_annotation()).obj()
+    assert in_force(moved).batching == moved.spec.serving.batching
+    broken = make_isvc().annotate(APPLIED_ANNOTATION, "{not json").obj()
+    assert in_force(broken).batching == broken.spec.serving.batching
+    # The tuner state holds no config: it survives a config change, and a broken one starts fresh.
+    state = TunerState(bad_windows=2, calibration=1.5)
+    with_state = make_isvc().annotate(TUNER_STATE_ANNOTATION, json.dumps(state.to_dict())).obj()
+    assert state_for(with_state) == state
+    assert state_for(make_isvc().annotate(TUNER_STATE_ANNOTATION, "[]").obj()) == TunerState()
 
 
 def test_slo_condition_moved() -> None:

@@ -1,0 +1,111 @@
+"""`tailtune simulate`: what a tuning policy would do on your measured curve and recorded trace.
+
+    tailtune simulate --curve CURVE.csv --trace TRACE.csv --slo-ms 30 [--percentile 99]
+      [--policy tailtune|triton-default|static:MAXBATCH:DELAY_US|aimd|oracle] [--start-max-batch N]
+      [--instances N] [--replicas-max N] [--interval-s S] [--p99-noise FRACTION] [--gap START_S:WINDOWS]
+      [--seed S] [--duration-s S] [--json] [--plot FILE.png]
+
+CURVE.csv: header `batch,ms`, measured points (linear between them; a stepwise curve is given as points);
+its largest batch is the engine's max. TRACE.csv: header `t_s,rate_rps`, a piecewise-constant Poisson rate;
+the last row's time ends the trace. Exit 0 on success, 2 on bad input (the message names the file and line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from tailtune.tuner.whatif import InputError, Setup, plot, read_curve, read_trace, summarize
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tailtune simulate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--curve", type=Path, required=True, help="CURVE.csv (batch,ms)")
+    p.add_argument("--trace", type=Path, required=True, help="TRACE.csv (t_s,rate_rps)")
+    p.add_argument("--slo-ms", type=float, required=True, help="latency objective, ms")
+    p.add_argument("--percentile", type=float, default=99.0, help="percentile of the objective (default 99)")
+    p.add_argument("--policy", default="tailtune", help="tailtune|triton-default|static:MB:DELAY_US|aimd|oracle")
+    p.add_argument("--start-max-batch", type=int, default=1, help="max batch at the start (default 1)")
+    p.add_argument("--instances", type=int, default=1, help="model instances per GPU (default 1)")
+    p.add_argument("--replicas", type=int, default=1, help="replicas at the start and of static policies")
+    p.add_argument("--replicas-max", type=int, default=None, help="most replicas (default: --replicas)")
+    p.add_argument("--interval-s", type=float, default=30.0, help="tuning interval and window, s (default 30)")
+    p.add_argument("--p99-noise", type=float, default=0.0, help="observed percentile x uniform 1±F (default 0)")
+    p.add_argument("--gap", default=None, help="START_S:WINDOWS of hidden observations")
+    p.add_argument("--seed", type=int, default=0, help="arrival seed (default 0)")
+    p.add_argument("--duration-s", type=float, default=None, help="stop earlier than the trace")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--plot", type=Path, default=None, help="write a PNG of the run")
+    return p
+
+
+def _setup(args: argparse.Namespace) -> Setup:
+    checks = [
+        (args.slo_ms > 0, "--slo-ms must be > 0"),
+        (0 < args.percentile < 100, "--percentile must be in (0, 100)"),
+        (args.instances >= 1, "--instances must be >= 1"),
+        (args.replicas >= 1, "--replicas must be >= 1"),
+        (args.interval_s > 0, "--interval-s must be > 0"),
+        (0 <= args.p99_noise < 1, "--p99-noise must be in [0, 1)"),
+        (args.start_max_batch >= 1, "--start-max-batch must be >= 1"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise InputError(message)
+    gap = None
+    if args.gap:
+        try:
+            start, windows = args.gap.split(":")
+            gap = (float(start), int(windows))
+        except ValueError as exc:
+            raise InputError(f"--gap {args.gap!r}: use START_S:WINDOWS, e.g. 300:3") from exc
+    curve = read_curve(args.curve)
+    replicas_max = args.replicas_max if args.replicas_max is not None else args.replicas
+    if replicas_max < args.replicas:
+        raise InputError(f"--replicas-max {replicas_max} is below --replicas {args.replicas}")
+    return Setup(
+        curve=curve,
+        segments=read_trace(args.trace),
+        slo_ms=args.slo_ms,
+        percentile=args.percentile,
+        instances=args.instances,
+        replicas=args.replicas,
+        replicas_max=replicas_max,
+        interval_s=args.interval_s,
+        start_max_batch=min(args.start_max_batch, curve.engine_max),
+        p99_noise=args.p99_noise,
+        gap=gap,
+        seed=args.seed,
+        duration_s=args.duration_s,
+    )
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    """Run one policy and print its summary (or JSON); 2 on bad input."""
+    stream = out or sys.stdout
+    args = _parser().parse_args(argv)
+    try:
+        setup = _setup(args)
+        summary = summarize(setup, args.policy)
+    except InputError as exc:
+        print(f"tailtune simulate: {exc}", file=sys.stderr)
+        return 2
+    if args.plot:
+        plot(setup, [summary], args.plot)
+    if args.json:
+        print(json.dumps(summary), file=stream)
+        return 0
+    s = summary
+    print(
+        f"{s['policy']} on {s['curve']}: goodput {s['goodput_rps']:.1f} of {s['offered_rps']:.1f} req/s offered; "
+        f"{s['windows_in_slo']}/{s['windows']} windows in SLO ({s['windows_in_slo_excluding_steps']}/"
+        f"{s['windows_excluding_steps']} outside steps); {s['changes']} changes; settled in "
+        f"{s['settle_intervals']} intervals; final {s['final']}",
+        file=stream,
+    )
+    return 0

@@ -1,0 +1,497 @@
+"""What-if: a tuning policy on a measured curve and a recorded trace, in the simulator. The benchmark's engine.
+
+Every policy sees the same arrivals (same seed) on the same curve. Policies:
+
+- `tailtune`: the operator's own loop (`tailtune.tuner.loop.tune_once`), the simulator as reader and
+  applier, the build's ladder of the curve as its prior, Triton's batch statistics as live data;
+- `triton-default`: max batch = the engine's max, no delay, never changed;
+- `static:MAXBATCH:DELAY_US`: a fixed config;
+- `aimd`: Clipper-style additive increase (+2) / multiplicative decrease (x0.9) of max batch on the observed
+  percentile against the SLO, every interval, from the start config;
+- `oracle`: per interval, the best of a sweep of static configs at the most replicas (clairvoyant, no reload
+  cost); an upper bound, not a policy one could run.
+
+Goodput is the requests answered within the SLO per second. A window is one interval of arrivals; it is in
+the SLO when the percentile of the latencies of the requests that arrived in it is within the SLO (a request
+never answered counts as infinitely late).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tailtune.api.v1alpha1 import Batching
+from tailtune.sim import SimCluster
+from tailtune.sim.arrivals import piecewise_poisson
+from tailtune.tuner.loop import tune_once
+from tailtune.tuner.servicetime import CurvePoint, ladder
+from tailtune.tuner.simobs import observation_from_sim
+from tailtune.tuner.types import Decision, InForce, Observation, Policy, TunerState
+
+Floats = npt.NDArray[np.float64]
+# A rate change of more than this share is a step: the two windows after it are left out of the "excluding
+# steps" counts.
+STEP_SHARE = 0.2
+STEP_WINDOWS = 2
+
+
+class InputError(ValueError):
+    """A bad curve or trace file: the message names the file, the line and the fix."""
+
+
+@dataclass(frozen=True)
+class PiecewiseCurve:
+    """A measured curve: linear between points, flat below the first; the last point is the engine's max."""
+
+    points: tuple[tuple[int, float], ...]
+    label: str = "curve"
+
+    @property
+    def name(self) -> str:
+        """The curve's label."""
+        return self.label
+
+    @property
+    def engine_max(self) -> int:
+        """Largest batch the curve (the engine profile) covers."""
+        return self.points[-1][0]
+
+    def ms(self, batch: int) -> float:
+        """Execution time in ms (linear past the last point along the last segment)."""
+        pts = self.points
+        if batch <= pts[0][0]:
+            return pts[0][1]
+        k = next((i for i in range(1, len(pts)) if batch <= pts[i][0]), len(pts) - 1)
+        (b0, t0), (b1, t1) = pts[k - 1], pts[k]
+        return t0 + (t1 - t0) * (batch - b0) / (b1 - b0)
+
+
+def read_curve(path: Path) -> PiecewiseCurve:
+    """CURVE.csv with the header `batch,ms`: measured points, one per line."""
+    rows = _rows(path, ("batch", "ms"))
+    pts: dict[int, float] = {}
+    for line, row in rows:
+        try:
+            batch = int(row["batch"])
+            ms = float(row["ms"])
+        except ValueError as exc:
+            raise InputError(f"{path}:{line}: batch must be an integer and ms a number ({exc})") from exc
+        if batch < 1 or not (ms > 0 and math.isfinite(ms)):
+            raise InputError(f"{path}:{line}: batch must be >= 1 and ms > 0, got batch={batch} ms={ms}")
+        if batch in pts:
+            raise InputError(f"{path}:{line}: batch {batch} is given twice; keep one measurement per size")
+        pts[batch] = ms
+    if not pts:
+        raise InputError(f"{path}: no points; give at least one line `batch,ms`")
+    return PiecewiseCurve(tuple(sorted(pts.items())), path.stem)
+
+
+def read_trace(path: Path) -> tuple[tuple[float, float, float], ...]:
+    """TRACE.csv with the header `t_s,rate_rps`: piecewise-constant Poisson rate; the last row ends it."""
+    rows = _rows(path, ("t_s", "rate_rps"))
+    points: list[tuple[float, float]] = []
+    for line, row in rows:
+        try:
+            t, rate = float(row["t_s"]), float(row["rate_rps"])
+        except ValueError as exc:
+            raise InputError(f"{path}:{line}: t_s and rate_rps must be numbers ({exc})") from exc
+        if not (math.isfinite(t) and math.isfinite(rate)) or rate < 0 or t < 0:
+            raise InputError(f"{path}:{line}: t_s and rate_rps must be finite and >= 0, got {t}, {rate}")
+        if points and t <= points[-1][0]:
+            raise InputError(f"{path}:{line}: t_s={t} is not after the previous row's {points[-1][0]}")
+        points.append((t, rate))
+    if len(points) < 2:
+        raise InputError(f"{path}: needs at least two rows (the last row's time ends the trace)")
+    if points[0][0] != 0:
+        raise InputError(f"{path}: the first row must start at t_s=0")
+    return tuple((points[i][0], points[i + 1][0], points[i][1]) for i in range(len(points) - 1))
+
+
+def _rows(path: Path, header: tuple[str, str]) -> list[tuple[int, dict[str, str]]]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from exc
+    reader = csv.DictReader(text.splitlines())
+    if reader.fieldnames is None or tuple(f.strip() for f in reader.fieldnames) != header:
+        raise InputError(f"{path}:1: the header must be `{','.join(header)}`, got {reader.fieldnames!r}")
+    out = []
+    for row in reader:
+        clean = {k.strip(): (v or "").strip() for k, v in row.items() if k is not None}
+        if any(v == "" for v in clean.values()) or None in row:
+            raise InputError(f"{path}:{reader.line_num}: expected two values `{','.join(header)}`, got {row!r}")
+        out.append((reader.line_num, clean))
+    return out
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything a run depends on besides the policy."""
+
+    curve: PiecewiseCurve
+    segments: tuple[tuple[float, float, float], ...]
+    slo_ms: float
+    percentile: float = 99.0
+    instances: int = 1
+    replicas: int = 1  # at the start (and for the static policies)
+    replicas_max: int = 1
+    interval_s: float = 30.0
+    start_max_batch: int = 1
+    p99_noise: float = 0.0
+    gap: tuple[float, int] | None = None
+    seed: int = 0
+    duration_s: float | None = None
+    headroom: float = 0.8
+    service_noise: float = 0.03
+
+    @property
+    def end_s(self) -> float:
+        """When the run ends."""
+        end = self.segments[-1][1]
+        return min(end, self.duration_s) if self.duration_s else end
+
+    def rate_at(self, t: float) -> float:
+        """Offered rate at time t."""
+        return next((r for a, b, r in self.segments if a <= t < b), 0.0)
+
+
+@dataclass
+class Run:
+    """One policy on one setup: per-request outcomes, per-window figures and the knobs over time."""
+
+    policy: str
+    arrivals: Floats
+    latency: Floats
+    knobs: list[tuple[float, int, int, int]] = field(default_factory=list)  # (t, max batch, delay, replicas)
+    changes: int = 0
+    codes: list[tuple[float, str, str]] = field(default_factory=list)  # (t, reason code, reason)
+
+
+def _arrivals(setup: Setup) -> Floats:
+    segs = [(a, min(b, setup.end_s), r) for a, b, r in setup.segments if a < setup.end_s]
+    return piecewise_poisson(segs, setup.seed)
+
+
+def _cluster(setup: Setup, arrivals: Floats, batching: Batching, replicas: int) -> SimCluster:
+    return SimCluster(
+        setup.curve,
+        arrivals,
+        batching,
+        replicas,
+        instances=setup.instances,
+        engine_max_batch=setup.curve.engine_max,
+        seed=setup.seed,
+        noise_sigma=setup.service_noise,
+    )
+
+
+def _batching(max_batch: int, delay_us: int = 0) -> Batching:
+    return Batching(max_batch_size=max_batch, preferred_batch_sizes=[], max_queue_delay_microseconds=delay_us)
+
+
+def run_static(setup: Setup, max_batch: int, delay_us: int, replicas: int, name: str) -> Run:
+    """A fixed config through the whole trace."""
+    arr = _arrivals(setup)
+    sim = _cluster(setup, arr, _batching(max_batch, delay_us), replicas)
+    sim.advance(setup.end_s)
+    sim.advance(setup.end_s + 60.0)  # let the last requests finish; what is still queued is lost
+    a, lat = sim.outcomes()
+    return Run(name, a, lat, [(0.0, max_batch, delay_us, replicas)])
+
+
+def policy_for(setup: Setup) -> Policy:
+    """The tuner's policy for a setup: bounds from the curve and the replicas, the build's ladder as prior."""
+    top = setup.curve.engine_max
+    build = tuple(CurvePoint(batch=b, ms=setup.curve.ms(b), samples=1, source="build") for b in ladder(top))
+    return Policy(
+        slo_ms=setup.slo_ms,
+        percentile=setup.percentile,
+        window_seconds=setup.interval_s,
+        interval_seconds=setup.interval_s,
+        cooldown_seconds=setup.interval_s,
+        batch_min=1,
+        batch_max=top,
+        delay_min_us=0,
+        delay_max_us=20_000,
+        headroom=setup.headroom,
+        replicas_min=1,
+        replicas_max=setup.replicas_max,
+        instances=setup.instances,
+        build_curve=build,
+    )
+
+
+class _Observer:
+    """The simulator as the tuner's reader, with the P99 noise and metric gaps of the setup."""
+
+    def __init__(self, sim: SimCluster, setup: Setup) -> None:
+        self.sim = sim
+        self.setup = setup
+        self.rng = np.random.default_rng([setup.seed, 7])
+        self.last_read: float | None = None
+
+    def observe(self, t: float) -> Observation:
+        setup = self.setup
+        stats = self.sim.observe(setup.interval_s, setup.percentile, stats_since=self.last_read)
+        self.last_read = t
+        obs = observation_from_sim(stats)
+        if setup.p99_noise > 0 and obs.p_latency_ms is not None:
+            factor = 1.0 + float(self.rng.uniform(-setup.p99_noise, setup.p99_noise))
+            obs = obs.model_copy(update={"p_latency_ms": obs.p_latency_ms * factor})
+        if setup.gap is not None:
+            start, windows = setup.gap
+            if start <= t < start + windows * setup.interval_s:
+                obs = Observation(window_end=obs.window_end, span_seconds=obs.span_seconds)
+        return obs
+
+
+def run_tailtune(setup: Setup) -> Run:
+    """The operator's loop against the simulator."""
+    arr = _arrivals(setup)
+    top = setup.curve.engine_max
+    start = _batching(min(setup.start_max_batch, top))
+    sim = _cluster(setup, arr, start, setup.replicas)
+    policy = policy_for(setup)
+    observer = _Observer(sim, setup)
+    in_force = InForce(batching=start, replicas=setup.replicas)
+    state = TunerState()
+    run = Run("tailtune", arr, np.empty(0), [(0.0, start.max_batch_size, 0, setup.replicas)])
+
+    class Reader:
+        def read(self, window_end: datetime) -> Observation:
+            return observer.observe(sim.now)
+
+    class Applier:
+        def apply(self, batching: Batching, replicas: int) -> None:
+            sim.apply(batching, replicas)
+
+    class Recorder:
+        def record(self, decision: Decision, observation: Observation) -> None:
+            run.codes.append((sim.now, decision.reason_code, decision.reason))
+
+    t = 0.0
+    while t + setup.interval_s <= setup.end_s + 1e-9:
+        t += setup.interval_s
+        sim.advance(t)
+        state, in_force, decision = tune_once(Reader(), Applier(), Recorder(), state, in_force, policy, sim.clock(t))
+        if decision.changed:
+            run.changes += 1
+            b = decision.batching
+            run.knobs.append((t, b.max_batch_size, b.max_queue_delay_microseconds, decision.replicas))
+    sim.advance(setup.end_s + 60.0)
+    run.arrivals, run.latency = sim.outcomes()
+    return run
+
+
+def run_aimd(setup: Setup) -> Run:
+    """Additive increase (+2), multiplicative decrease (x0.9) of max batch on the observed percentile."""
+    arr = _arrivals(setup)
+    top = setup.curve.engine_max
+    mb = min(setup.start_max_batch, top)
+    sim = _cluster(setup, arr, _batching(mb), setup.replicas)
+    observer = _Observer(sim, setup)
+    run = Run("aimd", arr, np.empty(0), [(0.0, mb, 0, setup.replicas)])
+    t = 0.0
+    while t + setup.interval_s <= setup.end_s + 1e-9:
+        t += setup.interval_s
+        sim.advance(t)
+        obs = observer.observe(t)
+        if obs.p_latency_ms is None:
+            continue
+        new = max(1, math.floor(mb * 0.9)) if obs.p_latency_ms > setup.slo_ms else min(top, mb + 2)
+        if new != mb:
+            mb = new
+            sim.apply(_batching(mb), setup.replicas)
+            run.changes += 1
+            run.knobs.append((t, mb, 0, setup.replicas))
+    sim.advance(setup.end_s + 60.0)
+    run.arrivals, run.latency = sim.outcomes()
+    return run
+
+
+def sweep_configs(setup: Setup) -> list[tuple[int, int]]:
+    """(max batch, delay) configs the oracle chooses from."""
+    top = setup.curve.engine_max
+    sizes = sorted({*ladder(top), *(b + b // 2 for b in ladder(top) if b + b // 2 < top)})
+    delays = [0] if setup.instances == 1 else [0, 1000, 4000]
+    return [(b, d) for b in sizes for d in delays]
+
+
+def windows_goodput(run: Run, setup: Setup) -> tuple[Floats, Floats]:
+    """Per window: goodput (req/s within the SLO) and the percentile latency (ms) of the window's arrivals."""
+    n = round(setup.end_s / setup.interval_s)
+    idx = np.minimum((run.arrivals // setup.interval_s).astype(np.int64), n - 1)
+    good = np.zeros(n)
+    pct = np.zeros(n)
+    ok = run.latency * 1000 <= setup.slo_ms
+    np.add.at(good, idx, ok.astype(np.float64))
+    for w in range(n):
+        lat = run.latency[idx == w]
+        pct[w] = float(np.percentile(lat, setup.percentile, method="higher")) * 1000 if len(lat) else 0.0
+    return good / setup.interval_s, pct
+
+
+def run_policy(setup: Setup, policy: str) -> Run:
+    """Run one policy by name."""
+    if policy == "tailtune":
+        return run_tailtune(setup)
+    if policy == "triton-default":
+        return run_static(setup, setup.curve.engine_max, 0, setup.replicas, policy)
+    if policy == "aimd":
+        return run_aimd(setup)
+    if policy.startswith("static:"):
+        try:
+            _, mb, delay = policy.split(":")
+            max_batch, delay_us = int(mb), int(delay)
+        except ValueError as exc:
+            raise InputError(f"--policy {policy!r}: use static:MAXBATCH:DELAY_US, e.g. static:8:0") from exc
+        if not 1 <= max_batch <= setup.curve.engine_max:
+            raise InputError(f"--policy {policy!r}: max batch must be 1..{setup.curve.engine_max} (the curve's)")
+        return run_static(setup, max_batch, delay_us, setup.replicas, policy)
+    raise InputError(f"unknown --policy {policy!r}; use tailtune, triton-default, static:MB:DELAY_US, aimd, oracle")
+
+
+def oracle_windows(setup: Setup) -> tuple[Floats, Floats, list[tuple[int, int]]]:
+    """Per window, the best goodput of the sweep at the most replicas, its percentile and its config."""
+    best_good: Floats | None = None
+    best_pct: Floats | None = None
+    best_cfg: list[tuple[int, int]] = []
+    for mb, delay in sweep_configs(setup):
+        run = run_static(setup, mb, delay, setup.replicas_max, f"static:{mb}:{delay}")
+        good, pct = windows_goodput(run, setup)
+        if best_good is None or best_pct is None:
+            best_good, best_pct, best_cfg = good, pct, [(mb, delay)] * len(good)
+            continue
+        better = good > best_good + 1e-9
+        best_good = np.where(better, good, best_good)
+        best_pct = np.where(better, pct, best_pct)
+        best_cfg = [(mb, delay) if b else c for b, c in zip(better, best_cfg, strict=True)]
+    assert best_good is not None and best_pct is not None
+    return best_good, best_pct, best_cfg
+
+
+def step_windows(setup: Setup) -> set[int]:
+    """Windows within STEP_WINDOWS after a rate change of more than STEP_SHARE."""
+    out: set[int] = set()
+    n = round(setup.end_s / setup.interval_s)
+    prev = setup.segments[0][2]
+    for a, _b, rate in setup.segments[1:]:
+        if abs(rate - prev) > STEP_SHARE * max(rate, prev, 1e-9):
+            first = int(a // setup.interval_s)
+            out.update(w for w in range(first, first + STEP_WINDOWS + 1) if w < n)
+        prev = rate
+    return out
+
+
+def summarize(setup: Setup, policy: str, run: Run | None = None) -> dict[str, Any]:
+    """The JSON summary of one policy on one setup (see the CLI's --json)."""
+    if policy == "oracle":
+        good, pct, cfgs = oracle_windows(setup)
+        knobs = [(i * setup.interval_s, mb, d, setup.replicas_max) for i, (mb, d) in enumerate(cfgs)]
+        changes = sum(1 for i in range(1, len(cfgs)) if cfgs[i] != cfgs[i - 1])
+        codes: list[tuple[float, str, str]] = []
+    else:
+        run = run or run_policy(setup, policy)
+        good, pct = windows_goodput(run, setup)
+        knobs, changes, codes = run.knobs, run.changes, run.codes
+    n = len(good)
+    in_slo = pct <= setup.slo_ms
+    steps = step_windows(setup)
+    keep = [w for w in range(n) if w not in steps]
+    offered = float(np.sum([setup.rate_at((w + 0.5) * setup.interval_s) for w in range(n)])) / max(n, 1)
+    timeline = []
+    for w in range(n):
+        t = w * setup.interval_s
+        k = [x for x in knobs if x[0] <= t + setup.interval_s - 1e-9]
+        mb, delay, reps = (k[-1][1], k[-1][2], k[-1][3]) if k else (knobs[0][1], knobs[0][2], knobs[0][3])
+        code = next((c for tc, c, _ in codes if abs(tc - (t + setup.interval_s)) < 1e-6), "")
+        timeline.append(
+            {
+                "t_s": round(t, 3),
+                "rate_rps": round(setup.rate_at(t + setup.interval_s / 2), 3),
+                "p_ms": round(float(pct[w]), 3) if math.isfinite(pct[w]) else None,  # None: some never answered
+                "goodput_rps": round(float(good[w]), 3),
+                "max_batch": mb,
+                "delay_us": delay,
+                "replicas": reps,
+                "decision": code,
+            }
+        )
+    last_step = max(steps) - STEP_WINDOWS if steps else 0
+    settle = _settle(timeline, in_slo, last_step)
+    final = timeline[-1] if timeline else {"max_batch": 0, "delay_us": 0, "replicas": 0}
+    return {
+        "policy": policy,
+        "curve": setup.curve.name,
+        "slo_ms": setup.slo_ms,
+        "percentile": setup.percentile,
+        "goodput_rps": round(float(np.mean(good)), 3) if n else 0.0,
+        "offered_rps": round(offered, 3),
+        "windows": n,
+        "windows_in_slo": int(in_slo.sum()),
+        "windows_excluding_steps": len(keep),
+        "windows_in_slo_excluding_steps": int(sum(1 for w in keep if in_slo[w])),
+        "changes": changes,
+        "settle_intervals": settle,
+        "final": {"max_batch": final["max_batch"], "delay_us": final["delay_us"], "replicas": final["replicas"]},
+        "timeline": timeline,
+    }
+
+
+def _settle(timeline: Sequence[dict[str, Any]], in_slo: npt.NDArray[np.bool_], from_window: int) -> int:
+    """Windows after the last step until the config stops changing and every later window is in the SLO."""
+    last = from_window
+    for w in range(from_window, len(timeline)):
+        moved = w > 0 and any(timeline[w][k] != timeline[w - 1][k] for k in ("max_batch", "delay_us", "replicas"))
+        if moved or not in_slo[w]:
+            last = w + 1
+    return max(0, last - from_window)
+
+
+def plot(setup: Setup, summaries: Sequence[dict[str, Any]], path: Path, title: str = "") -> None:
+    """P-latency vs SLO, goodput vs offered, and the knobs over time, one line per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
+    for s in summaries:
+        tl = s["timeline"]
+        xs = [r["t_s"] + setup.interval_s for r in tl]
+        axes[0].plot(xs, [r["p_ms"] if r["p_ms"] is not None else np.nan for r in tl], label=s["policy"])
+        axes[1].plot(xs, [r["goodput_rps"] for r in tl], label=s["policy"])
+        axes[2].step(xs, [r["max_batch"] for r in tl], where="pre", label=f"{s['policy']} max batch")
+        if s["policy"] == "tailtune":
+            axes[2].step(xs, [r["replicas"] for r in tl], where="pre", linestyle=":", label="tailtune replicas")
+    if summaries:
+        tl = summaries[0]["timeline"]
+        axes[1].plot(
+            [r["t_s"] + setup.interval_s for r in tl], [r["rate_rps"] for r in tl], "k--", label="offered"
+        )
+    axes[0].axhline(setup.slo_ms, color="red", linestyle="--", label=f"SLO {setup.slo_ms:g} ms")
+    axes[0].set_yscale("symlog", linthresh=max(1.0, setup.slo_ms / 10))
+    axes[0].set_ylabel(f"P{setup.percentile:g} of arrivals (ms)")
+    axes[1].set_ylabel("goodput (req/s in SLO)")
+    axes[2].set_ylabel("max batch / replicas")
+    axes[2].set_xlabel("time (s)")
+    for ax in axes:
+        ax.legend(fontsize=7, loc="upper left")
+        ax.grid(alpha=0.3)
+    fig.suptitle(title or f"{setup.curve.name}: SLO {setup.slo_ms:g} ms")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+PolicyRunner = Callable[[Setup], Run]
