@@ -492,6 +492,34 @@ class LatencyStatus(Model):
     observed_at: Annotated[str | None, Field(description="When it was observed.")] = None
 
 
+class ServiceTimePoint(Model):
+    """One measured batch size of the service-time curve t(b)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+    batch: Annotated[int, Field(ge=1, description="Batch size.")]
+    ms: Annotated[float, Field(gt=0, description="Mean execution time of one batch of this size, ms.")]
+    samples: Annotated[int, Field(ge=0, description="Executions the figure comes from.")] = 1
+    source: Annotated[
+        Literal["build", "live"],
+        Field(description="build: timed by the engine-build Job; live: Triton's batch statistics."),
+    ] = "build"
+
+
+class ServiceTimeStatus(Model):
+    """The measured service-time curve the tuner plans with, on the serving GPU product."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+    points: Annotated[
+        list[ServiceTimePoint], Field(description="Measured sizes; a size may appear once per source.")
+    ] = Field(default_factory=list)
+    engine_cache_key: Annotated[
+        str | None, Field(description="Cache key of the engine the points were measured on.")
+    ] = None
+    updated_at: Annotated[str | None, Field(description="When the points last changed.")] = None
+
+
 class InferenceServiceStatus(Model):
     """Observed state, written by the operator only."""
 
@@ -504,6 +532,9 @@ class InferenceServiceStatus(Model):
     replicas: Annotated[ReplicaStatus, Field(description="Replicas.")] = ReplicaStatus()
     batching: Annotated[BatchingStatus, Field(description="Batching in force.")] = BatchingStatus()
     latency: Annotated[LatencyStatus, Field(description="Latency signal.")] = LatencyStatus()
+    service_time: Annotated[ServiceTimeStatus, Field(description="Measured service-time curve t(b).")] = (
+        ServiceTimeStatus()
+    )
 
 
 class ObjectMeta(BaseModel):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tailtune.engine_builder import cachekey, fetch, gpu, onnx_model, ort, store, trt
+from tailtune.engine_builder import cachekey, fetch, gpu, onnx_model, ort, store, timing, trt
 from tailtune.engine_builder.errors import BuildError, Failure
 
 BACKENDS = ("tensorrt", "onnxruntime")
@@ -42,6 +42,8 @@ class BuildRequest:
     dim_ranges: Mapping[tuple[str, int], tuple[int, int, int]] = field(default_factory=dict)
     # The key the operator computed (and named the Job after); None: compute it here.
     cache_key: str | None = None
+    # Time the engine at `timing.ladder(max_batch)` after building (the metadata's `serviceTime`).
+    measure_service_time: bool = True
 
     @property
     def profile(self) -> tuple[int, int, int]:
@@ -136,7 +138,7 @@ def run_build(req: BuildRequest, machine: Machine, scratch: Path, clock: Callabl
 
     info = onnx_model.load_model_info(model.path)
     onnx_model.check_servable(info, backend=req.backend, max_batch=req.max_batch, dim_ranges=req.dim_ranges)
-    write_artifact, runtime = _make_artifact(req, machine, model.path, calibration)
+    write_artifact, runtime = _make_artifact(req, machine, model.path, calibration, info)
     metadata = build_metadata(
         req, key=key, machine=machine, info=info, model_digest=model.sha256, build_seconds=clock() - started
     )
@@ -153,14 +155,23 @@ def run_build(req: BuildRequest, machine: Machine, scratch: Path, clock: Callabl
 
 
 def _make_artifact(
-    req: BuildRequest, machine: Machine, model_path: Path, calibration: fetch.Fetched | None
+    req: BuildRequest,
+    machine: Machine,
+    model_path: Path,
+    calibration: fetch.Fetched | None,
+    info: onnx_model.ModelInfo,
 ) -> tuple[Callable[[Path], object], dict[str, Any]]:
-    """Build the engine (tensorrt) or check the model loads (onnxruntime); return its writer and runtime facts."""
+    """Build the engine (tensorrt) or check the model loads (onnxruntime), and time it at the batch ladder.
+
+    Returns the artifact's writer and the runtime facts for the metadata (`serviceTime` when measured).
+    """
+    sizes = timing.ladder(req.max_batch) if req.measure_service_time else ()
     if req.backend == "onnxruntime":
         checked = ort.check_loads(model_path)
+        measured = ort.time_ladder(model_path, info.inputs, sizes, req.dim_ranges) if checked and sizes else ()
         return functools.partial(shutil.copyfile, model_path), {
             "onnxruntimeVersion": ort.onnxruntime_version() if checked else None
-        }
+        } | _service_time(measured)
     engine = trt.build_engine(
         model_path,
         trt.TrtBuildSpec(
@@ -173,7 +184,12 @@ def _make_artifact(
             calibration_cache=calibration.path.read_bytes() if calibration else None,
         ),
     )
-    return functools.partial(Path.write_bytes, data=engine), {}
+    measured = trt.time_engine(engine, sizes, req.dim_ranges) if sizes else ()
+    return functools.partial(Path.write_bytes, data=engine), _service_time(measured)
+
+
+def _service_time(measured: timing.ServiceTime) -> dict[str, Any]:
+    return {"serviceTime": timing.report_points(measured)} if measured else {}
 
 
 def request_key(req: BuildRequest, machine: Machine, scratch: Path) -> str:

@@ -96,10 +96,14 @@ def build_report(metadata: Mapping[str, Any], summary: str) -> str:
         "inputs": tensors("inputs"),
         "outputs": tensors("outputs"),
     }
-    text = json.dumps(report, separators=(",", ":"))
-    return (
-        text if len(text.encode()) <= TERMINATION_LOG_LIMIT else json.dumps({"reason": REASON_OK, "message": summary})
-    )
+    if metadata.get("serviceTime"):
+        report["serviceTime"] = [{"batch": p["batch"], "ms": p["ms"]} for p in metadata["serviceTime"]]
+    # Within Kubernetes' limit: drop the service time first (the tuner can measure it live), then all but the summary.
+    for candidate in (report, {k: v for k, v in report.items() if k != "serviceTime"}):
+        text = json.dumps(candidate, separators=(",", ":"))
+        if len(text.encode()) <= TERMINATION_LOG_LIMIT:
+            return text
+    return json.dumps({"reason": REASON_OK, "message": summary})
 
 
 def format_termination_message(error: BuildError, limit: int = TERMINATION_LOG_LIMIT) -> str:
@@ -179,6 +183,12 @@ def _parser() -> _Parser:
     build_cmd.add_argument(
         "--cache-key", help="store the entry under this key (the operator's) instead of computing it"
     )
+    build_cmd.add_argument(
+        "--no-timing",
+        dest="timing",
+        action="store_false",
+        help="do not time the engine at batch sizes 1, 2, 4, ... --max-batch after building (serviceTime)",
+    )
     key_cmd.add_argument("--tensorrt-version", help="default: the installed TensorRT")
     key_cmd.add_argument("--compute-capability", help="default: the visible GPU's, from nvidia-smi")
     return parser
@@ -206,6 +216,7 @@ def _request(args: argparse.Namespace) -> build.BuildRequest:
         gpu_product=args.gpu_product,
         dim_ranges=dict(_dim_range(text) for text in args.dim),
         cache_key=getattr(args, "cache_key", None),
+        measure_service_time=getattr(args, "timing", True),
     )
 
 

@@ -6,15 +6,19 @@ against `tensorrt-stubs`. The pure parts (profile shapes, error classification) 
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from tailtune.engine_builder import timing
 from tailtune.engine_builder.errors import BuildError, Failure
 from tailtune.engine_builder.onnx_model import DYNAMIC, DimRanges
 
@@ -55,6 +59,16 @@ def import_tensorrt() -> ModuleType | None:
     except ImportError:
         return None
     return tensorrt if hasattr(tensorrt, "Builder") else None
+
+
+def import_cudart() -> ModuleType | None:
+    """cuda-python's runtime module (`cuda.bindings.runtime`, or `cuda.cudart` before 12.6), or None."""
+    for name in ("cuda.bindings.runtime", "cuda.cudart"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    return None
 
 
 def tensorrt_version() -> str | None:
@@ -259,3 +273,107 @@ def _save_timing_cache(config: trt.IBuilderConfig, path: Path) -> None:
     except OSError as exc:
         log.warning("could not save the timing cache to %s: %s", path, exc)
         tmp.unlink(missing_ok=True)
+
+
+def time_engine(
+    engine: bytes,
+    sizes: Sequence[int],
+    dim_ranges: DimRanges,
+    *,
+    warmup: int = timing.WARMUP_RUNS,
+    runs: int = timing.TIMED_RUNS,
+    clock: Callable[[], float] = time.perf_counter,
+    tensorrt: ModuleType | None = None,
+    cudart: ModuleType | None = None,
+) -> timing.ServiceTime:
+    """Median ms of one execution of the engine on zeroed device buffers at each batch size.
+
+    Per size: set every input's shape (batch in dim 0, other dynamic dims at their opt), point each I/O tensor
+    at a zeroed device buffer, then `execute_async_v3` and synchronize the stream. () when TensorRT or
+    cuda-python is missing. `tensorrt`/`cudart` stand in for the modules in tests.
+
+    Untested on a GPU: written against the TensorRT 10 Python API (tensorrt-stubs) and cuda-python, and tested
+    only with hand-written fakes of both (tests/unit/engine_builder/test_timing.py).
+    """
+    trt_mod = tensorrt if tensorrt is not None else import_tensorrt()
+    cuda = cudart if cudart is not None else import_cudart()
+    if trt_mod is None or cuda is None:
+        log.warning("service time not measured: %s is not installed", "TensorRT" if trt_mod is None else "cuda-python")
+        return ()
+    # TensorRT's own logger: its errors land in the Job's log, next to the warning below.
+    runtime = trt_mod.Runtime(trt_mod.Logger(trt_mod.Logger.WARNING))
+    cuda_engine = runtime.deserialize_cuda_engine(engine)
+    if cuda_engine is None:
+        log.warning("service time not measured: TensorRT cannot load the engine it just built")
+        return ()
+    context = cuda_engine.create_execution_context()
+    names = [cuda_engine.get_tensor_name(i) for i in range(cuda_engine.num_io_tensors)]
+    inputs = [n for n in names if cuda_engine.get_tensor_mode(n) == trt_mod.TensorIOMode.INPUT]
+    with _stream(cuda) as stream, _buffers(cuda) as allocate:
+
+        def prepare(batch: int) -> Callable[[], None]:
+            for name in inputs:
+                dims = list(cuda_engine.get_tensor_shape(name))
+                if not context.set_input_shape(name, timing.input_shape(name, dims, batch, dim_ranges)):
+                    raise RuntimeError(f"set_input_shape({name!r}) refused batch {batch}")
+            for name in names:
+                shape = list(context.get_tensor_shape(name))
+                if any(d < 0 for d in shape):
+                    raise RuntimeError(f"tensor {name!r} has a data-dependent shape {shape}")
+                volume = 1
+                for d in shape:
+                    volume *= d
+                size = max(1, volume * int(cuda_engine.get_tensor_dtype(name).itemsize))
+                if not context.set_tensor_address(name, allocate(name, size, stream)):
+                    raise RuntimeError(f"set_tensor_address({name!r}) failed")
+
+            def run() -> None:
+                if not context.execute_async_v3(int(stream)):
+                    raise RuntimeError("execute_async_v3 failed")
+                _check(cuda, cuda.cudaStreamSynchronize(stream))
+
+            return run
+
+        def on_error(batch: int, exc: Exception) -> None:
+            log.warning("service time: TensorRT failed at batch %d (%s); ladder ends there", batch, exc)
+
+        return timing.time_ladder(sizes, prepare, warmup=warmup, runs=runs, clock=clock, on_error=on_error)
+
+
+def _check(cuda: ModuleType, result: object) -> Any:
+    """cuda-python returns `(error, *values)`: raise on an error, return the value (None when there is none)."""
+    values = result if isinstance(result, tuple) else (result,)
+    if values[0] != cuda.cudaError_t.cudaSuccess:
+        raise RuntimeError(f"CUDA error {values[0]}")
+    return values[1] if len(values) > 1 else None
+
+
+@contextmanager
+def _stream(cuda: ModuleType) -> Iterator[Any]:
+    stream = _check(cuda, cuda.cudaStreamCreate())
+    try:
+        yield stream
+    finally:
+        cuda.cudaStreamDestroy(stream)
+
+
+@contextmanager
+def _buffers(cuda: ModuleType) -> Iterator[Callable[[str, int, object], int]]:
+    """`allocate(name, nbytes, stream)`: a zeroed device buffer per tensor, grown as the batch grows; all freed."""
+    held: dict[str, tuple[int, int]] = {}
+
+    def allocate(name: str, nbytes: int, stream: object) -> int:
+        if name in held and held[name][1] >= nbytes:
+            return held[name][0]
+        if name in held:
+            cuda.cudaFree(held.pop(name)[0])
+        pointer = int(_check(cuda, cuda.cudaMalloc(nbytes)))
+        held[name] = (pointer, nbytes)
+        _check(cuda, cuda.cudaMemsetAsync(pointer, 0, nbytes, stream))
+        return pointer
+
+    try:
+        yield allocate
+    finally:
+        for pointer, _ in held.values():
+            cuda.cudaFree(pointer)

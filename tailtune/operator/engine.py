@@ -1,16 +1,24 @@
 """The operator's one home for the engine's facts: the cache key it names the build Job by, and what the
-build reported (the engine's I/O and versions), read from `status.engine` or the build's termination message.
+build reported (the engine's I/O, versions and service time), read from status or the build's termination message.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 from pydantic import ValidationError
 
-from tailtune.api.v1alpha1 import EngineStatus, InferenceService, TensorSpec
+from tailtune.api.v1alpha1 import (
+    EngineStatus,
+    InferenceService,
+    ServiceTimePoint,
+    ServiceTimeStatus,
+    TensorSpec,
+)
 from tailtune.engine_builder.cachekey import KeyInputs, engine_key
 from tailtune.operator.observed import EngineInfo, JobObservation
+from tailtune.tuner.servicetime import CurvePoint
 
 
 def engine_cache_key(isvc: InferenceService) -> str:
@@ -46,7 +54,7 @@ def engine_info(isvc: InferenceService, cache_key: str, job: JobObservation | No
     under it), and having it is what lets `observe` skip reading the build pod (`io_known`). The message is
     read only when there is no record yet.
     """
-    recorded = _recorded(cache_key, isvc.status.engine)
+    recorded = _recorded(cache_key, isvc)
     if recorded is not None:
         return recorded
     return parse_build_report(job.message) if job is not None and job.message else None
@@ -55,7 +63,7 @@ def engine_info(isvc: InferenceService, cache_key: str, job: JobObservation | No
 def io_known(isvc: InferenceService, cache_key: str) -> bool:
     """Whether the engine's inputs and outputs are known without the build pod (declared, or recorded)."""
     declared = bool(isvc.spec.model.inputs and isvc.spec.model.outputs)
-    return declared or _recorded(cache_key, isvc.status.engine) is not None
+    return declared or _recorded(cache_key, isvc) is not None
 
 
 def engine_status(cache_key: str, store_pvc: str, info: EngineInfo | None, previous: EngineStatus) -> EngineStatus:
@@ -74,16 +82,52 @@ def engine_status(cache_key: str, store_pvc: str, info: EngineInfo | None, previ
     )
 
 
-def _recorded(cache_key: str, previous: EngineStatus) -> EngineInfo | None:
-    """What an earlier reconcile recorded in status.engine of this key's build report."""
+def service_time_status(
+    cache_key: str, info: EngineInfo | None, previous: ServiceTimeStatus, now: datetime
+) -> ServiceTimeStatus:
+    """status.serviceTime: the build's points once the engine is built, until live points exist. Pure.
+
+    Live points (the tuner's, from Triton's statistics) are kept as they are; points measured on another engine
+    (`engineCacheKey` differs) are replaced by this engine's build points. Unchanged points keep `updatedAt`.
+    """
+    if info is None:
+        return previous
+    stale = previous.engine_cache_key not in (None, cache_key)
+    if not stale and any(p.source == "live" for p in previous.points):
+        return previous
+    build = list(info.service_time)
+    if previous.points == build and previous.engine_cache_key == cache_key:
+        return previous
+    return ServiceTimeStatus(points=build, engine_cache_key=cache_key, updated_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+def build_curve(isvc: InferenceService) -> tuple[CurvePoint, ...]:
+    """The build's service-time curve of the engine in force (`source="build"`), () while none is recorded."""
+    recorded = isvc.status.service_time
+    if recorded.engine_cache_key != engine_cache_key(isvc):
+        return ()
+    return tuple(
+        CurvePoint(batch=p.batch, ms=p.ms, samples=p.samples, source="build")
+        for p in recorded.points
+        if p.source == "build"
+    )
+
+
+def _recorded(cache_key: str, isvc: InferenceService) -> EngineInfo | None:
+    """What an earlier reconcile recorded of this key's build report (status.engine, status.serviceTime)."""
+    previous = isvc.status.engine
     if previous.cache_key != cache_key or not previous.inputs:
         return None
+    timed = isvc.status.service_time
     return EngineInfo(
         tensorrt_version=previous.tensorrt_version,
         gpu_product=previous.gpu_product,
         location=previous.location,
         inputs=tuple(previous.inputs),
         outputs=tuple(previous.outputs),
+        service_time=(
+            tuple(p for p in timed.points if p.source == "build") if timed.engine_cache_key == cache_key else ()
+        ),
     )
 
 
@@ -101,4 +145,16 @@ def parse_build_report(message: str) -> EngineInfo | None:
         location=report.get("location"),
         inputs=inputs,
         outputs=outputs,
+        service_time=_service_time(report.get("serviceTime")),
     )
+
+
+def _service_time(points: object) -> tuple[ServiceTimePoint, ...]:
+    """The report's `serviceTime: [{batch, ms}]` as build points; () when absent or malformed (never fatal)."""
+    if not isinstance(points, list):
+        return ()
+    try:
+        parsed = [ServiceTimePoint(batch=p["batch"], ms=p["ms"], samples=1, source="build") for p in points]
+    except (ValidationError, KeyError, TypeError):
+        return ()
+    return tuple(sorted(parsed, key=lambda p: p.batch))

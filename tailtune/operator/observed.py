@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tailtune.api.v1alpha1 import TensorSpec
+from tailtune.api.v1alpha1 import ServiceTimePoint, TensorSpec
 
 
 @dataclass(frozen=True)
@@ -19,13 +19,14 @@ class JobObservation:
 
 @dataclass(frozen=True)
 class EngineInfo:
-    """What a successful build reported (its termination message): the engine's I/O and versions."""
+    """What a successful build reported (its termination message): the engine's I/O, versions and service time."""
 
     tensorrt_version: str | None = None
     gpu_product: str | None = None
     location: str | None = None
     inputs: tuple[TensorSpec, ...] = ()
     outputs: tuple[TensorSpec, ...] = ()
+    service_time: tuple[ServiceTimePoint, ...] = ()  # timed at the batch ladder on the serving GPU product
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from tailtune.api.v1alpha1 import (
     InferenceServiceStatus,
     LatencyStatus,
     ReplicaStatus,
+    ServiceTimeStatus,
 )
 from tailtune.operator.builders.common import service_name
 from tailtune.operator.observed import Observed
@@ -138,6 +139,7 @@ def compute_status(
     desired_replicas: int,
     latency: LatencyStatus,
     now: datetime,
+    service_time: ServiceTimeStatus | None = None,
     serving_problem: tuple[str, str] | None = None,
 ) -> InferenceServiceStatus:
     """The whole status for one reconcile, written once by the caller."""
@@ -157,4 +159,5 @@ def compute_status(
         replicas=ReplicaStatus(desired=desired_replicas, ready=dep.ready_replicas if dep else 0),
         batching=batching,
         latency=latency,
+        service_time=isvc.status.service_time if service_time is None else service_time,
     )

@@ -80,6 +80,9 @@ def test_onnxruntime_layout_metadata_and_store_hit(cli: Cli, models: Models, htt
     # What the operator renders the Triton config from: dims without the batch dim.
     assert report["inputs"] == [{"name": "x", "dataType": "TYPE_FP32", "dims": [4]}]
     assert report["outputs"] == [{"name": "y", "dataType": "TYPE_FP32", "dims": [4]}]
+    # The engine timed at the ladder 1, 2, 4 ... --max-batch: the build's service-time curve.
+    assert [p["batch"] for p in report["serviceTime"]] == [1, 2, 4, 8]
+    assert all(p["ms"] > 0 and round(p["ms"], 3) == p["ms"] for p in report["serviceTime"])
 
     entry = store / key
     assert sorted(p.relative_to(entry).as_posix() for p in entry.rglob("*")) == [
@@ -90,7 +93,9 @@ def test_onnxruntime_layout_metadata_and_store_hit(cli: Cli, models: Models, htt
     ]
     assert (entry / "relu/1/model.onnx").read_bytes() == models.dynamic.read_bytes()
     metadata = json.loads((entry / "metadata.json").read_text())
-    assert metadata | {"buildSeconds": 0, "builderVersion": "x", "onnxruntimeVersion": "x"} == {
+    assert metadata["serviceTime"] == report["serviceTime"]
+    volatile = {"buildSeconds": 0, "builderVersion": "x", "onnxruntimeVersion": "x", "serviceTime": "x"}
+    assert metadata | volatile == {
         "schema": 1,
         "cacheKey": key,
         "backend": "onnxruntime",
@@ -112,6 +117,7 @@ def test_onnxruntime_layout_metadata_and_store_hit(cli: Cli, models: Models, htt
         "buildSeconds": 0,
         "builderVersion": "x",
         "onnxruntimeVersion": "x",
+        "serviceTime": "x",
     }
     assert metadata["onnxruntimeVersion"] == onnxruntime.__version__
 
@@ -126,6 +132,7 @@ def test_onnxruntime_layout_metadata_and_store_hit(cli: Cli, models: Models, htt
     assert again.code == 0, again.stderr
     assert json.loads(again.stdout)["storeHit"] is True
     assert json.loads(again.termination_log)["message"] == f"{key} found in the store at {entry}; build skipped"
+    assert json.loads(again.termination_log)["serviceTime"] == metadata["serviceTime"]  # a hit reports it too
     assert (entry / "metadata.json").stat().st_mtime_ns == written
 
     # With --sha256 the key is known up front: a hit needs no fetch, so a dead URI does not matter.
@@ -138,6 +145,14 @@ def test_onnxruntime_layout_metadata_and_store_hit(cli: Cli, models: Models, htt
     printed = cli.run("key", *_ort_args(str(models.dynamic), store)[1:-2])
     assert printed.code == 0, printed.stderr
     assert printed.stdout.strip() == key
+
+
+def test_no_timing_leaves_the_service_time_out(cli: Cli, models: Models, tmp_path: Path) -> None:
+    done = cli.run(*_ort_args(str(models.dynamic), tmp_path / "store", "--no-timing"))
+    assert done.code == 0, done.stderr
+    report = json.loads(done.termination_log)
+    assert "serviceTime" not in report
+    assert "serviceTime" not in json.loads((Path(report["message"].split(" into ")[1]) / "metadata.json").read_text())
 
 
 def test_operator_key_names_the_entry(cli: Cli, models: Models, tmp_path: Path) -> None:

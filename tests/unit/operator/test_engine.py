@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from tailtune.api.v1alpha1 import EngineStatus, TensorSpec
+from tailtune.api.v1alpha1 import EngineStatus, ServiceTimePoint, ServiceTimeStatus, TensorSpec
 from tailtune.engine_builder import build, cli, fetch
 from tailtune.engine_builder.cachekey import compute_cache_key
 from tailtune.engine_builder.gpu import GpuInfo
 from tailtune.operator.builders.engine_job import build_engine_job
-from tailtune.operator.engine import engine_cache_key, engine_info, io_known
+from tailtune.operator.engine import (
+    build_curve,
+    engine_cache_key,
+    engine_info,
+    io_known,
+    parse_build_report,
+    service_time_status,
+)
 from tailtune.operator.observed import JobObservation
+from tailtune.tuner.servicetime import CurvePoint
 from tests.unit.factories import IsvcBuilder, make_isvc
 
 SHA = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
@@ -82,3 +91,70 @@ def test_the_record_wins_over_the_report_and_needs_no_pod() -> None:
 def test_declared_io_is_known_without_a_record() -> None:
     isvc = make_isvc().obj()
     assert io_known(isvc, engine_cache_key(isvc))
+
+
+# --- the build's service time: termination message -> EngineInfo -> status.serviceTime -> the tuner's curve --
+
+NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+TIMED = (
+    '{"inputs": [{"name": "r", "dataType": "TYPE_FP32", "dims": [3]}],'
+    ' "serviceTime": [{"batch": 2, "ms": 1.5}, {"batch": 1, "ms": 1.25}]}'
+)
+
+
+def _build_point(batch: int, ms: float) -> ServiceTimePoint:
+    return ServiceTimePoint(batch=batch, ms=ms, samples=1, source="build")
+
+
+def test_the_report_carries_the_build_curve() -> None:
+    info = parse_build_report(TIMED)
+    assert info is not None and info.service_time == (_build_point(1, 1.25), _build_point(2, 1.5))
+    assert parse_build_report(REPORT) == parse_build_report(REPORT)  # no serviceTime: still a report
+    assert parse_build_report(REPORT) is not None and parse_build_report(REPORT).service_time == ()  # type: ignore[union-attr]
+    malformed = TIMED.replace('"ms": 1.5', '"ms": -1')
+    assert parse_build_report(malformed) is not None and parse_build_report(malformed).service_time == ()  # type: ignore[union-attr]
+
+
+def test_service_time_status_from_the_build() -> None:
+    info = parse_build_report(TIMED)
+    empty = ServiceTimeStatus()
+    first = service_time_status("eng-1", info, empty, NOW)
+    assert first == ServiceTimeStatus(
+        points=[_build_point(1, 1.25), _build_point(2, 1.5)],
+        engine_cache_key="eng-1",
+        updated_at="2025-01-02T03:04:05Z",
+    )
+    assert service_time_status("eng-1", info, first, NOW + timedelta(minutes=1)) is first  # unchanged: kept
+    assert service_time_status("eng-1", None, first, NOW) is first  # no engine (yet): nothing to say
+    live = first.model_copy(update={"points": [*first.points, ServiceTimePoint(batch=4, ms=3.0, source="live")]})
+    assert service_time_status("eng-1", info, live, NOW) is live  # the tuner's live points win
+    other = service_time_status("eng-2", info, live, NOW)  # a new engine: the old one's points go
+    assert other.engine_cache_key == "eng-2" and all(p.source == "build" for p in other.points)
+
+
+def test_build_curve_of_the_engine_in_force() -> None:
+    key = engine_cache_key(make_isvc().obj())
+    timed = ServiceTimeStatus(
+        points=[_build_point(1, 1.25), ServiceTimePoint(batch=1, ms=1.0, samples=9, source="live")],
+        engine_cache_key=key,
+    )
+    isvc = make_isvc().set("status", {"serviceTime": timed.model_dump(by_alias=True)}).obj()
+    assert build_curve(isvc) == (CurvePoint(batch=1, ms=1.25, samples=1, source="build"),)
+    stale = make_isvc().set("status", {"serviceTime": timed.model_dump(by_alias=True) | {"engineCacheKey": "x"}})
+    assert build_curve(stale.obj()) == ()
+
+
+def test_the_recorded_engine_keeps_its_build_curve() -> None:
+    isvc = make_isvc().obj()
+    key = engine_cache_key(isvc)
+    job = JobObservation(succeeded=True, message=TIMED)
+    info = engine_info(isvc, key, job)
+    assert info is not None
+    status = {
+        "engine": {"cacheKey": key, "inputs": [{"name": "r", "dataType": "TYPE_FP32", "dims": [3]}]},
+        "serviceTime": service_time_status(key, info, ServiceTimeStatus(), NOW).model_dump(by_alias=True),
+    }
+    recorded = make_isvc().set("status", status).obj()
+    # Without the build pod's message (observe skips it once the I/O is recorded), status still has it.
+    again = engine_info(recorded, key, JobObservation(succeeded=True))
+    assert again is not None and again.service_time == info.service_time
