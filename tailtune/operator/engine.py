@@ -5,6 +5,7 @@ build reported (the engine's I/O, versions and service time), read from status o
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 
 from pydantic import ValidationError
@@ -83,22 +84,30 @@ def engine_status(cache_key: str, store_pvc: str, info: EngineInfo | None, previ
 
 
 def service_time_status(
-    cache_key: str, info: EngineInfo | None, previous: ServiceTimeStatus, now: datetime
+    cache_key: str,
+    info: EngineInfo | None,
+    previous: ServiceTimeStatus,
+    now: datetime,
+    live: Sequence[CurvePoint] = (),
 ) -> ServiceTimeStatus:
-    """status.serviceTime: the build's points once the engine is built, until live points exist. Pure.
+    """status.serviceTime: the build's points once the engine is built, and the tuner's live points. Pure.
 
-    Live points (the tuner's, from Triton's statistics) are kept as they are; points measured on another engine
-    (`engineCacheKey` differs) are replaced by this engine's build points. Unchanged points keep `updatedAt`.
+    Build points come from the engine's build report (kept from `previous` while the report is not read);
+    live points are the tuner's (Triton's batch statistics, kept in the tuner state annotation). Points measured
+    on another engine (`engineCacheKey` differs) are dropped. Unchanged points keep `updatedAt`.
     """
-    if info is None:
-        return previous
     stale = previous.engine_cache_key not in (None, cache_key)
-    if not stale and any(p.source == "live" for p in previous.points):
+    if info is not None:
+        build = list(info.service_time)
+    else:
+        build = [] if stale else [p for p in previous.points if p.source == "build"]
+    live_points = [ServiceTimePoint(batch=p.batch, ms=round(p.ms, 3), samples=p.samples, source="live") for p in live]
+    if info is None and not build and not live_points:
         return previous
-    build = list(info.service_time)
-    if previous.points == build and previous.engine_cache_key == cache_key:
+    points = sorted(build + live_points, key=lambda p: (p.batch, p.source))
+    if previous.points == points and previous.engine_cache_key == cache_key:
         return previous
-    return ServiceTimeStatus(points=build, engine_cache_key=cache_key, updated_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return ServiceTimeStatus(points=points, engine_cache_key=cache_key, updated_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
 def build_curve(isvc: InferenceService) -> tuple[CurvePoint, ...]:

@@ -19,6 +19,7 @@ from tailtune.operator.kube import API_CONCURRENCY, ApiException, KubeCluster, l
 from tailtune.operator.reconcile import Outcome, reconcile
 from tailtune.operator.status import ENGINE_BUILD_FAILED, ENGINE_BUILT, ENGINE_READY
 from tailtune.operator.tuning import parse_isvc, slo_condition_moved, tune_step
+from tailtune.triton.stats import BatchStatsReader
 from tailtune.tuner.prom import PrometheusReader, Target
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,8 @@ class State:
     def __init__(self, cluster: KubeCluster) -> None:
         self.cluster = cluster
         self.locks: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
+        # Triton's batch statistics are counters: each object keeps its previous read to take deltas.
+        self.batch_stats: dict[tuple[str, str], BatchStatsReader] = {}
 
 
 def _state(memo: Any) -> State:
@@ -152,7 +155,8 @@ async def tuner_tick(state: State, namespace: str, name: str) -> float:
         return RESYNC_SECONDS
     async with state.locks[(namespace, name)]:
         now = datetime.now(UTC)
-        decision = await tune_step(isvc, state.cluster, prometheus_reader(isvc), now)
+        stats = state.batch_stats.setdefault((namespace, name), BatchStatsReader(isvc.model_name))
+        decision = await tune_step(isvc, state.cluster, prometheus_reader(isvc), now, stats)
         changed = decision is not None and decision.changed
         if decision is not None and changed:
             log.info("%s/%s tuner: %s", namespace, name, decision.reason)

@@ -1,4 +1,5 @@
-"""The config in force, read from and written to its one annotation (`tailtune.io/applied`). Pure.
+"""What the tuner keeps on the object: the config in force (`tailtune.io/applied`, its one annotation) and the
+tuner's memory (`tailtune.io/tuner-state`), each parsed here and nowhere else. Pure.
 
 The model is `tailtune.tuner.types.InForce` (batching, replicas, when and why it last changed, whether a
 failed hot reload rolled the pods). The tuner decides from it and returns the next one; reconcile renders
@@ -7,9 +8,13 @@ the ConfigMap, scales the Deployment and fills `status.batching` from it. Nothin
 
 from __future__ import annotations
 
-from tailtune.api.keys import APPLIED_ANNOTATION
+import json
+
+from pydantic import ValidationError
+
+from tailtune.api.keys import APPLIED_ANNOTATION, TUNER_STATE_ANNOTATION
 from tailtune.api.v1alpha1 import InferenceService
-from tailtune.tuner.types import InForce
+from tailtune.tuner.types import InForce, TunerState
 
 
 def spec_start(isvc: InferenceService) -> InForce:
@@ -41,3 +46,19 @@ def in_force(isvc: InferenceService) -> InForce:
 def in_force_annotation(config: InForce) -> dict[str, str]:
     """The annotation patch that records `config` as the config in force."""
     return {APPLIED_ANNOTATION: config.to_annotation()}
+
+
+def tuner_state(isvc: InferenceService) -> TunerState:
+    """The kept tuner state, or a fresh one when there is none or it does not parse."""
+    raw = isvc.metadata.annotations.get(TUNER_STATE_ANNOTATION)
+    if not raw:
+        return TunerState()
+    try:
+        return TunerState.from_dict(json.loads(raw))
+    except (ValueError, ValidationError, TypeError):
+        return TunerState()
+
+
+def tuner_state_annotation(state: TunerState) -> dict[str, str]:
+    """The annotation patch that keeps `state`."""
+    return {TUNER_STATE_ANNOTATION: json.dumps(state.to_dict(), sort_keys=True)}

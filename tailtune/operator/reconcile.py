@@ -29,6 +29,7 @@ from tailtune.operator.builders.triton import (
 )
 from tailtune.operator.engine import engine_cache_key, engine_info, engine_status, io_known, service_time_status
 from tailtune.operator.inforce import in_force as config_in_force
+from tailtune.operator.inforce import tuner_state
 from tailtune.operator.modelconfig import EngineIOUnknown, model_config_pbtxt
 from tailtune.operator.observed import EngineInfo, Observed
 from tailtune.operator.spec_checks import check_spec, describe_validation_error
@@ -166,7 +167,9 @@ async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime, *,
         batching=batching_status(desired.applied),
         desired_replicas=desired.applied.replicas,
         latency=isvc.status.latency,
-        service_time=service_time_status(desired.cache_key, desired.engine_info, isvc.status.service_time, now),
+        service_time=service_time_status(
+            desired.cache_key, desired.engine_info, isvc.status.service_time, now, live=tuner_state(isvc).live
+        ),
         serving_problem=desired.serving_problem,
         now=now,
     )

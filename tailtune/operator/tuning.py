@@ -12,7 +12,6 @@ The law is pure (`tailtune.tuner.law`); this module gives it its three sides for
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,18 +19,18 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from tailtune.api.keys import GRPC_PORT, TUNER_STATE_ANNOTATION
+from tailtune.api.keys import GRPC_PORT
 from tailtune.api.v1alpha1 import Batching, InferenceService, LatencyStatus, ObjectMeta
 from tailtune.operator import metrics
-from tailtune.operator.engine import engine_cache_key, engine_info, io_known
+from tailtune.operator.engine import build_curve, engine_cache_key, engine_info, io_known
 from tailtune.operator.inforce import in_force as config_in_force
-from tailtune.operator.inforce import in_force_annotation
+from tailtune.operator.inforce import in_force_annotation, tuner_state, tuner_state_annotation
 from tailtune.operator.modelconfig import model_config_json
 from tailtune.operator.observed import Observed
 from tailtune.operator.status import SLO_MET, compute_slo_condition
 from tailtune.triton.control import ApplyError, apply_config
 from tailtune.tuner.loop import ObservationReader, tune_once
-from tailtune.tuner.servicetime import CurvePoint
+from tailtune.tuner.servicetime import BatchSample, CurvePoint
 from tailtune.tuner.types import Decision, InForce, Observation, Policy, TunerState
 
 log = logging.getLogger(__name__)
@@ -61,17 +60,6 @@ def policy_for(isvc: InferenceService, build_curve: tuple[CurvePoint, ...] = ())
         # Triton refuses a warmup batch above max_batch_size: the tuner never goes below the largest.
         warmup_max=max(spec.warmup.batch_sizes, default=1),
     )
-
-
-def state_for(isvc: InferenceService) -> TunerState:
-    """The kept tuner state, or a fresh one when there is none or it does not parse."""
-    raw = isvc.metadata.annotations.get(TUNER_STATE_ANNOTATION)
-    if not raw:
-        return TunerState()
-    try:
-        return TunerState.from_dict(json.loads(raw))
-    except (ValueError, ValidationError):
-        return TunerState()
 
 
 def latency_status(observation: Observation, percentile: float, now: datetime) -> LatencyStatus:
@@ -129,8 +117,18 @@ class _Deferred:
         return None
 
 
+class BatchStats(Protocol):
+    """Triton's per-batch-size statistics of the ready pods since the last read (`triton.stats`)."""
+
+    def read(self, addresses: list[str]) -> tuple[tuple[int, int, float], ...]: ...
+
+
 async def tune_step(
-    isvc: InferenceService, cluster: TunerCluster, reader: ObservationReader, now: datetime
+    isvc: InferenceService,
+    cluster: TunerCluster,
+    reader: ObservationReader,
+    now: datetime,
+    batch_stats: BatchStats | None = None,
 ) -> Decision | None:
     """One tuner tick for one InferenceService: read, decide (`tailtune.tuner.loop.tune_once`, the loop the
     simulator and the benchmark run), apply (hot or rolling), record.
@@ -141,14 +139,19 @@ async def tune_step(
     if isvc.status.replicas.ready < 1:
         return None
     applied = config_in_force(isvc)
-    state = state_for(isvc)
+    state = tuner_state(isvc)
     try:
         observation = await asyncio.to_thread(reader.read, now)
     except Exception as exc:  # Prometheus down or the query refused: the law holds on missing data, never blind
         log.warning("%s/%s: latency signal unavailable: %s", isvc.metadata.namespace, isvc.metadata.name, exc)
         observation = Observation(window_end=now, span_seconds=float(isvc.spec.slo.window_seconds))
     # Prometheus counts the pods it scraped; the Deployment knows how many serve.
-    observation = observation.model_copy(update={"ready_replicas": isvc.status.replicas.ready})
+    observation = observation.model_copy(
+        update={
+            "ready_replicas": isvc.status.replicas.ready,
+            "batch_stats": await _live_batch_stats(isvc, cluster, batch_stats),
+        }
+    )
     deferred = _Deferred()
     policy = policy_for(isvc, build_curve(isvc))
     new_state, new_in_force, decision = tune_once(_Window(observation), deferred, deferred, state, applied, policy, now)
@@ -163,7 +166,7 @@ async def tune_step(
         await cluster.emit_event(isvc.metadata, "Warning", decision.reason_code, decision.reason)
     metrics.TUNER_DECISIONS.labels(isvc.metadata.namespace, isvc.metadata.name, decision.reason_code).inc()
     if decision.changed or _memory(new_state) != _memory(state):
-        annotations[TUNER_STATE_ANNOTATION] = json.dumps(new_state.to_dict(), sort_keys=True)
+        annotations |= tuner_state_annotation(new_state)
     if annotations:
         await cluster.patch_annotations(isvc.metadata, annotations)
     latency = latency_status(observation, isvc.spec.slo.percentile, now)
@@ -176,17 +179,21 @@ async def tune_step(
     return decision
 
 
-def build_curve(isvc: InferenceService) -> tuple[CurvePoint, ...]:
-    """The build's measured service time from status (empty until the build reports one)."""
-    service_time = getattr(isvc.status, "service_time", None)
-    points = getattr(service_time, "points", None) or []
-    out = []
-    for p in points:
-        if getattr(p, "source", "build") == "build" and p.batch >= 1 and p.ms > 0:
-            out.append(
-                CurvePoint(batch=p.batch, ms=p.ms, samples=max(1, getattr(p, "samples", 1) or 1), source="build")
-            )
-    return tuple(out)
+async def _live_batch_stats(
+    isvc: InferenceService, cluster: TunerCluster, batch_stats: BatchStats | None
+) -> tuple[BatchSample, ...]:
+    """The live service-time samples of the ready pods (none when unavailable: the build's curve stands)."""
+    if batch_stats is None:
+        return ()
+    try:
+        key = engine_cache_key(isvc)
+        observed = await cluster.observe(isvc, key, job_report=False, pod_ips=True)
+        ips = observed.deployment.ready_pod_ips if observed.deployment else ()
+        deltas = await asyncio.to_thread(batch_stats.read, [f"{ip}:{GRPC_PORT}" for ip in ips])
+    except Exception as exc:  # statistics are a refinement: without them the build's curve stands
+        log.info("%s/%s: Triton batch statistics unavailable: %s", isvc.metadata.namespace, isvc.metadata.name, exc)
+        return ()
+    return tuple(BatchSample(batch=b, count=n, ms=ms) for b, n, ms in deltas if n > 0 and ms > 0)
 
 
 def _memory(state: TunerState) -> dict[str, object]:

@@ -64,6 +64,8 @@ DRAIN_INTERVALS = 2
 # Calibration stays within these bounds and moves halfway (in log) to each clean window's ratio.
 CALIBRATION_RANGE = (0.5, 4.0)
 CALIBRATION_WEIGHT = 0.5
+# The share of the calibration that candidates other than the config in force get (bounds of the factor).
+CANDIDATE_CALIBRATION = (0.8, 1.25)
 # A candidate must beat the config in force by this share of robust load to be worth a reload.
 SWITCH_GAIN = 1.15
 # Past the largest measured size the model is a bet: at most this many times that size.
@@ -166,7 +168,10 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         return _without_curve(st, in_force, r, policy, now, seen)
 
     load = r.demand_rps * policy.demand_margin + r.backlog / (DRAIN_INTERVALS * policy.interval_seconds)
-    plan = best_plan(curve, load, policy, st.calibration)
+    # The residual measured on the config in force says little about configs in another regime: they get
+    # only a bounded share of it.
+    mild = min(CANDIDATE_CALIBRATION[1], max(CANDIDATE_CALIBRATION[0], st.calibration))
+    plan = best_plan(curve, load, policy, mild, backlog=r.saturated)
     current = candidate(
         curve, in_force.batching.max_batch_size, in_force.batching.max_queue_delay_microseconds, policy, st.calibration
     )
@@ -284,7 +289,7 @@ def candidate_delays(curve: Curve, max_batch: int, policy: Policy) -> list[int]:
     return sorted(delays)
 
 
-def best_plan(curve: Curve, load_rps: float, policy: Policy, calibration: float = 1.0) -> Plan:
+def best_plan(curve: Curve, load_rps: float, policy: Policy, calibration: float = 1.0, backlog: bool = True) -> Plan:
     """The fewest replicas that carry `load_rps`, then the most robust batching, then the smaller batch."""
     cands = [
         candidate(curve, b, d, policy, calibration)
@@ -297,7 +302,10 @@ def best_plan(curve: Curve, load_rps: float, policy: Policy, calibration: float 
     need = math.ceil(load_rps / best.carries()) if best.carries() > 0 else policy.replicas_max + 1
     need = max(policy.replicas_min, need)
     if need > policy.replicas_max:
-        # Nothing within the bounds carries the load: the most capacity, to drain what it can.
+        if not backlog:
+            # Short of the aim but keeping up: the most load within the aim is the most goodput.
+            return Plan(best, policy.replicas_max, False, load_rps)
+        # Requests pile up: the most capacity, to drain what it can.
         most = max(cands, key=lambda c: (c.capacity_rps if not c.extrapolated else 0.0, -c.max_batch))
         return Plan(most, policy.replicas_max, False, load_rps)
     # Among the most robust (within 2 %), the smallest batch and delay: a larger cap costs nothing at low
@@ -315,11 +323,8 @@ def _choose(
     in capacity under a backlog."""
     target, replicas = plan.candidate, plan.replicas
     per = plan.load_rps / max(1, replicas)
-    if (
-        current.carries() >= per
-        and current.carries() * SWITCH_GAIN >= target.carries()
-        and current.max_batch >= policy.warmup_max
-    ):
+    carries_it = current.carries() >= per or (not plan.feasible and not r.saturated)
+    if carries_it and current.carries() * SWITCH_GAIN >= target.carries() and current.max_batch >= policy.warmup_max:
         # The batching in force carries the planned load and nothing is much more robust: no reload.
         target = current
     if r.saturated or r.backlog > 0:

@@ -126,8 +126,11 @@ def test_service_time_status_from_the_build() -> None:
     )
     assert service_time_status("eng-1", info, first, NOW + timedelta(minutes=1)) is first  # unchanged: kept
     assert service_time_status("eng-1", None, first, NOW) is first  # no engine (yet): nothing to say
-    live = first.model_copy(update={"points": [*first.points, ServiceTimePoint(batch=4, ms=3.0, source="live")]})
-    assert service_time_status("eng-1", info, live, NOW) is live  # the tuner's live points win
+    # The tuner's live points (its state annotation) join the build's, by batch size.
+    learned = (CurvePoint(batch=4, ms=3.0, samples=40, source="live"),)
+    live = service_time_status("eng-1", info, first, NOW, live=learned)
+    assert live.points == [*first.points, ServiceTimePoint(batch=4, ms=3.0, samples=40, source="live")]
+    assert service_time_status("eng-1", None, live, NOW, live=learned) is live  # report not read: kept
     other = service_time_status("eng-2", info, live, NOW)  # a new engine: the old one's points go
     assert other.engine_cache_key == "eng-2" and all(p.source == "build" for p in other.points)
 

@@ -8,9 +8,10 @@ from datetime import UTC, datetime
 
 from tailtune.api.keys import APPLIED_ANNOTATION, TUNER_STATE_ANNOTATION
 from tailtune.api.v1alpha1 import Batching, InferenceService, LatencyStatus, ObjectMeta
-from tailtune.operator.observed import DeploymentObservation, JobObservation, Observed
 from tailtune.operator.inforce import in_force, in_force_annotation
-from tailtune.operator.tuning import slo_condition_moved, state_for, tune_step
+from tailtune.operator.inforce import tuner_state as state_for
+from tailtune.operator.observed import DeploymentObservation, JobObservation, Observed
+from tailtune.operator.tuning import slo_condition_moved, tune_step
 from tailtune.tuner.servicetime import BatchSample
 from tailtune.tuner.types import InForce, Observation, TunerState
 from tests.unit.factories import IsvcBuilder, make_isvc
