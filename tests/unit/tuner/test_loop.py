@@ -1,34 +1,27 @@
-"""tune_once wires reader, law, applier and recorder."""
+"""tune_once wires reader, law, applier and recorder; a failed apply leaves the caller's config untouched."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
+import numpy as np
 import pytest
 
 from tailtune.api.v1alpha1 import Batching
+from tailtune.tuner.law import decide
 from tailtune.tuner.loop import tune_once
-from tailtune.tuner.types import CurvePoint, Decision, Observation, Policy, TunerState
-
-T0 = datetime(2025, 1, 1, tzinfo=UTC)
+from tailtune.tuner.types import Decision, Observation
+from tests.unit.tuner.families import NOW, make_case
 
 
 class Reader:
-    def __init__(self, p: float) -> None:
-        self.p = p
+    def __init__(self, obs: Observation) -> None:
+        self.obs = obs
+        self.asked: list[datetime] = []
 
     def read(self, window_end: datetime) -> Observation:
-        return Observation(
-            window_end=window_end,
-            span_seconds=60,
-            p_latency_ms=self.p,
-            request_rate=400,
-            queue_ms=3,
-            compute_ms=40,
-            avg_batch=32,
-            ready_replicas=1,
-            sample_count=10_000,
-        )
+        self.asked.append(window_end)
+        return self.obs
 
 
 class Applier:
@@ -44,40 +37,59 @@ class Applier:
 
 class Recorder:
     def __init__(self) -> None:
-        self.decisions: list[Decision] = []
+        self.recorded: list[tuple[Decision, Observation]] = []
 
     def record(self, decision: Decision, observation: Observation) -> None:
-        self.decisions.append(decision)
+        self.recorded.append((decision, observation))
 
 
-POLICY = Policy(slo_ms=50, batch_max=64, max_batch_step=64)
-START = TunerState(
-    batching=Batching(max_batch_size=32),
-    replicas=1,
-    curve=(CurvePoint(batch=1, ms=2.4), CurvePoint(batch=8, ms=8.0), CurvePoint(batch=32, ms=40.0)),
-)
+def test_returns_the_laws_decision_and_applies_only_changes() -> None:
+    rng = np.random.default_rng(41)
+    changes = holds = 0
+    for i in range(150):
+        case = make_case(rng)
+        reader, applier, recorder = Reader(case.obs), Applier(), Recorder()
+        state, in_force, decision = tune_once(reader, applier, recorder, case.state, case.in_force, case.policy, NOW)
+        assert decision == decide(case.state, case.in_force, case.obs, case.policy, NOW), i
+        assert (state, in_force) == (decision.state, decision.in_force)
+        assert reader.asked == [NOW]
+        assert recorder.recorded == [(decision, case.obs)]
+        if decision.changed:
+            changes += 1
+            assert applier.applied == [(decision.batching, decision.replicas)]
+        else:
+            holds += 1
+            assert applier.applied == [] and in_force == case.in_force
+    assert changes >= 20 and holds >= 20
 
 
-def test_applies_and_records_a_change() -> None:
-    applier, recorder = Applier(), Recorder()
-    st = START
-    for i in range(2):
-        st, decision = tune_once(Reader(90), applier, recorder, st, POLICY, T0 + timedelta(seconds=30 * i))
-    assert decision.changed
-    assert applier.applied == [(decision.batching, 1)]
-    assert [d.reason_code for d in recorder.decisions] == ["ConfirmingBadWindows", "BatchingTightened"]
-    assert st.batching.max_batch_size < 32
-    assert st.last_change == T0 + timedelta(seconds=30)
+def test_a_failed_apply_propagates_and_changes_nothing() -> None:
+    rng = np.random.default_rng(42)
+    failed = 0
+    for i in range(150):
+        case = make_case(rng)
+        if not decide(case.state, case.in_force, case.obs, case.policy, NOW).changed:
+            continue
+        failed += 1
+        state, in_force = case.state, case.in_force
+        frozen = (state.model_dump(), in_force.model_dump())
+        recorder = Recorder()
+        with pytest.raises(RuntimeError, match="model control unavailable"):
+            tune_once(Reader(case.obs), Applier(fail=True), recorder, state, in_force, case.policy, NOW)
+        # Nothing believed done: the caller's values are as they were, nothing recorded.
+        assert (state.model_dump(), in_force.model_dump()) == frozen, i
+        assert recorder.recorded == []
+        # The next tick decides the same change again.
+        retry = Applier()
+        _, again, decision = tune_once(Reader(case.obs), retry, Recorder(), state, in_force, case.policy, NOW)
+        assert decision.changed and retry.applied == [(again.batching, again.replicas)], i
+    assert failed >= 20
 
 
-def test_hold_applies_nothing() -> None:
-    applier, recorder = Applier(), Recorder()
-    st, decision = tune_once(Reader(20), applier, recorder, START, POLICY, T0)
-    assert not decision.changed and applier.applied == [] and len(recorder.decisions) == 1
-    assert st == decision.state
-
-
-def test_failed_apply_keeps_the_old_state() -> None:
-    st = START.model_copy(update={"bad_windows": 1})
-    with pytest.raises(RuntimeError):
-        tune_once(Reader(90), Applier(fail=True), Recorder(), st, POLICY, T0)
+def test_a_window_judged_twice_is_held() -> None:
+    case = make_case(np.random.default_rng(43))
+    reader, applier = Reader(case.obs), Applier()
+    state, in_force, _ = tune_once(reader, applier, Recorder(), case.state, case.in_force, case.policy, NOW)
+    later = NOW + timedelta(seconds=1)
+    _, in_force2, decision = tune_once(reader, applier, Recorder(), state, in_force, case.policy, later)
+    assert decision.reason_code == "WindowAlreadySeen" and in_force2 == in_force

@@ -1,0 +1,149 @@
+"""Generated families of service-time curves, policies and windows for the tuner's invariant tests."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+
+from tailtune.api.v1alpha1 import Batching
+from tailtune.tuner.model import predict
+from tailtune.tuner.servicetime import CurvePoint, ladder
+from tailtune.tuner.types import InForce, Observation, Policy, TunerState
+
+Fn = Callable[[float], float]
+KINDS = ("linear", "power", "step", "saturating")
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+NOW = T0 + timedelta(hours=1)
+SPAN = 60.0
+
+
+def make_curve(rng: np.random.Generator, kind: str) -> Fn:
+    """One curve of a family: t(b) in ms, increasing in b."""
+    a, c = float(rng.uniform(1, 8)), float(rng.uniform(0.1, 1.5))
+    if kind == "linear":
+        return lambda b: a + c * b
+    if kind == "power":
+        p = float(rng.uniform(0.8, 1.6))
+        return lambda b: a + c * b**p
+    if kind == "step":
+        k = int(rng.choice([4, 8]))  # padded to a multiple of k (tensor-core tiles)
+        return lambda b: a + c * k * math.ceil(b / k)
+    # Flat while the device has idle lanes, then linear.
+    return lambda b: max(a, c * b) + 0.05 * a
+
+
+def superlinear(rng: np.random.Generator) -> Fn:
+    """t(b) = a + c b^p with p in 1.2..1.6: the cost per request is lowest well below a large engine max."""
+    a, c, p = float(rng.uniform(1, 6)), float(rng.uniform(0.1, 0.8)), float(rng.uniform(1.2, 1.6))
+    return lambda b: a + c * b**p
+
+
+def build_points(t: Fn, top: int) -> tuple[CurvePoint, ...]:
+    """The engine build's ladder of t."""
+    return tuple(CurvePoint(batch=b, ms=t(b), samples=1, source="build") for b in ladder(top))
+
+
+def capacity(t: Fn, max_batch: int) -> float:
+    """Full batches back to back, req/s."""
+    return 1000.0 * max_batch / t(max_batch)
+
+
+@dataclass(frozen=True)
+class Case:
+    """Inputs of one decision, with the true curve behind them."""
+
+    t: Fn
+    policy: Policy
+    state: TunerState
+    in_force: InForce
+    obs: Observation
+    demand: float  # offered req/s
+    overloaded: bool
+
+
+def make_policy(rng: np.random.Generator, t: Fn, top: int, **kw: object) -> Policy:
+    """A policy over the build's ladder of t up to `top`; `kw` overrides the drawn fields."""
+    replicas_max = int(kw.get("replicas_max", rng.integers(1, 9)))  # type: ignore[call-overload]
+    fields: dict[str, object] = {
+        "slo_ms": float(t(1) * rng.uniform(3, 25)),
+        "batch_max": top,
+        "replicas_min": int(rng.integers(1, replicas_max + 1)) if rng.uniform() < 0.3 else 1,
+        "replicas_max": replicas_max,
+        "warmup_max": int(min(top, rng.choice([1, 1, 2, 4, 8]))),
+        "instances": int(rng.choice([1, 1, 1, 2])),
+        "delay_max_us": 20_000,
+        "build_curve": build_points(t, top),
+    }
+    return Policy(**(fields | kw))
+
+
+def window(
+    t: Fn,
+    policy: Policy,
+    in_force: InForce,
+    demand: float,
+    rng: np.random.Generator,
+    end: datetime = NOW,
+) -> tuple[Observation, bool]:
+    """What Prometheus would report of `in_force` serving `demand` req/s (Poisson) on the true curve t."""
+    mb = in_force.batching.max_batch_size
+    delay_us = in_force.batching.max_queue_delay_microseconds
+    total = in_force.replicas * capacity(t, mb)
+    per = demand / in_force.replicas
+    pred = predict(t, mb, delay_us, policy.instances, per, policy.percentile)
+    if demand < 0.97 * total and math.isfinite(pred.p_ms):
+        served = demand
+        growth = float(rng.normal(0.0, 0.005 * demand))
+        p = pred.p_ms * float(rng.lognormal(0.0, 0.25))
+        batch = pred.mean_batch
+        queue_ms = max(0.0, p - t(batch)) * 0.3 + delay_us / 1000
+        overloaded = False
+    else:
+        served = total * float(rng.uniform(0.9, 1.0))
+        growth = demand - served
+        batch = float(mb)
+        queue_ms = float(policy.slo_ms * rng.uniform(1, 10))
+        p = queue_ms * 1.5 + t(mb)
+        overloaded = True
+    obs = Observation(
+        window_end=end,
+        span_seconds=SPAN,
+        p_latency_ms=p,
+        request_rate=served,
+        queue_ms=queue_ms,
+        compute_ms=t(batch),
+        avg_batch=batch,
+        queue_growth_rps=growth,
+        ready_replicas=in_force.replicas,
+        sample_count=max(policy.min_samples, int(served * SPAN)),
+    )
+    return obs, overloaded
+
+
+def make_case(rng: np.random.Generator, kind: str | None = None) -> Case:
+    """A random curve, policy, config in force, load and memory."""
+    t = make_curve(rng, kind or KINDS[int(rng.integers(0, len(KINDS)))])
+    top = int(rng.choice([8, 16, 32, 64, 128]))
+    policy = make_policy(rng, t, top)
+    mb = int(rng.integers(1, top + 1)) if rng.uniform() < 0.7 else int(rng.choice([1, top]))
+    replicas = int(rng.integers(policy.replicas_min, policy.replicas_max + 1))
+    in_force = InForce(
+        batching=Batching(max_batch_size=mb, max_queue_delay_microseconds=int(rng.choice([0, 0, 0, 1000]))),
+        replicas=replicas,
+        changed_at=None if rng.uniform() < 0.3 else NOW - timedelta(seconds=float(rng.uniform(SPAN + 1, 3600))),
+    )
+    demand = replicas * capacity(t, mb) * float(rng.uniform(0.05, 2.0))
+    obs, overloaded = window(t, policy, in_force, demand, rng)
+    past = [(NOW - timedelta(seconds=30 * k), demand * float(rng.uniform(0.3, 1.5))) for k in range(1, 8)]
+    state = TunerState(
+        last_window_end=NOW - timedelta(seconds=30),
+        bad_windows=int(rng.integers(0, 3)),
+        good_windows=int(rng.integers(0, 4)),
+        calibration=float(np.clip(rng.lognormal(0.0, 0.4), 0.5, 4.0)),
+        recent_demand=tuple(sorted(past)),
+    )
+    return Case(t, policy, state, in_force, obs, demand, overloaded)

@@ -1,0 +1,111 @@
+"""The queueing model against the discrete-event simulator, over generated families of curves and loads."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from tailtune.api.v1alpha1 import Batching
+from tailtune.sim.batcher import Replica
+from tailtune.tuner.model import max_rate, predict
+from tailtune.tuner.servicetime import Curve, CurvePoint, ladder
+from tests.unit.tuner.families import KINDS, Fn, make_curve
+
+
+def simulated_p99_ms(t: Fn, max_batch: int, rate: float, n: int, seed: int) -> float:
+    """P99 of one replica with delay 0 fed with n Poisson arrivals (the first 10 % left out as warmup)."""
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
+    replica = Replica([0.0] + [t(b) for b in range(1, max_batch + 1)], Batching(max_batch_size=max_batch))
+    replica.add_arrivals(arrivals)
+    end = float(arrivals[-1])
+    replica.run_until(end + 1000.0)
+    done = replica.window(0.1 * end, end + 1000.0)
+    assert len(done.latency_s) >= 0.85 * n
+    return float(np.percentile(done.latency_s, 99)) * 1000
+
+
+def test_predicted_p99_tracks_the_simulator() -> None:
+    rng = np.random.default_rng(20250101)
+    rows = []
+    for case in range(200):
+        kind = KINDS[case % len(KINDS)]
+        t = make_curve(rng, kind)
+        max_batch = int(rng.choice([1, 4, 16, 64]))
+        load = float(rng.uniform(0.2, 0.8))
+        rate = load * 1000.0 * max_batch / t(max_batch)
+        simulated = simulated_p99_ms(t, max_batch, rate, 5000, case)
+        predicted = predict(t, max_batch, 0, 1, rate).p_ms
+        rows.append((predicted / simulated, kind, max_batch, round(load, 2), predicted, simulated))
+    ratios = np.array([r[0] for r in rows])
+    worst = min(rows)
+    within = float(np.mean((ratios >= 0.5) & (ratios <= 2.5)))
+    summary = f"ratio quantiles {np.percentile(ratios, [0, 10, 50, 90, 100]).round(2)}, worst {worst}"
+    assert within >= 0.9, summary
+    assert ratios.min() >= 0.4, summary
+
+
+def _smooth_or_measured(rng: np.random.Generator, kind: str) -> Fn:
+    """The curve as the law sees it: the build's ladder, interpolated."""
+    t = make_curve(rng, kind)
+    top = int(rng.choice([4, 16, 64]))
+    return Curve([CurvePoint(batch=b, ms=t(b)) for b in ladder(top)]).ms
+
+
+def test_unstable_at_or_above_capacity() -> None:
+    rng = np.random.default_rng(3)
+    for case in range(300):
+        t = make_curve(rng, KINDS[case % len(KINDS)])
+        max_batch = int(rng.integers(1, 65))
+        instances = int(rng.integers(1, 4))
+        delay = int(rng.choice([0, 500, 5000]))
+        capacity = 1000.0 * max_batch / t(max_batch)
+        for rate in (capacity, capacity * float(rng.uniform(1.0, 5.0))):
+            pred = predict(t, max_batch, delay, instances, rate)
+            assert math.isinf(pred.p_ms) and not pred.stable
+            assert math.isclose(pred.capacity_rps, capacity)
+        below = predict(t, max_batch, delay, instances, capacity * float(rng.uniform(0.01, 0.99)))
+        assert below.stable and math.isfinite(below.p_ms) and below.p_ms >= t(1)
+
+
+def test_no_load_is_one_request_alone() -> None:
+    rng = np.random.default_rng(4)
+    for case in range(100):
+        t = make_curve(rng, KINDS[case % len(KINDS)])
+        pred = predict(t, int(rng.integers(1, 65)), 0, 1, 0.0)
+        assert pred.p_ms == t(1.0) and pred.stable and pred.util == 0.0
+
+
+def test_max_rate_is_monotone_in_the_aim_and_meets_it() -> None:
+    rng = np.random.default_rng(5)
+    for case in range(100):
+        t = _smooth_or_measured(rng, KINDS[case % len(KINDS)])
+        max_batch = int(rng.integers(1, 65))
+        instances = int(rng.choice([1, 1, 2, 4]))
+        delay = int(rng.choice([0, 0, 500, 2000]))
+        capacity = 1000.0 * max_batch / t(max_batch)
+        aims = np.sort(rng.uniform(0.5 * t(1), 20 * t(max_batch), 15))
+        rates = [max_rate(t, max_batch, delay, instances, float(aim)) for aim in aims]
+        assert all(r2 >= r1 - 1e-9 * capacity for r1, r2 in itertools.pairwise(rates)), (case, rates)
+        for aim, rate in zip(aims, rates, strict=True):
+            assert 0.0 <= rate < capacity
+            if rate > 0:
+                assert predict(t, max_batch, delay, instances, rate).p_ms <= aim
+        # Below one request's own execution nothing fits.
+        assert max_rate(t, max_batch, delay, instances, 0.99 * t(1)) == 0.0
+
+
+def test_predicted_latency_grows_with_load() -> None:
+    """On the curves the law plans with (continuous), with no queue delay, P99 does not fall as load rises.
+
+    (With a delay the model lets the held time shrink as the device gets busier: a slight fall is by design.)
+    """
+    rng = np.random.default_rng(6)
+    for case in range(150):
+        t = _smooth_or_measured(rng, KINDS[case % len(KINDS)])
+        max_batch = int(rng.integers(1, 65))
+        capacity = 1000.0 * max_batch / t(max_batch)
+        ps = [predict(t, max_batch, 0, 1, f * capacity).p_ms for f in np.linspace(0.02, 0.99, 120)]
+        assert all(p2 >= 0.99 * p1 for p1, p2 in itertools.pairwise(ps)), case

@@ -1,0 +1,164 @@
+"""The what-if runner behind `tailtune simulate`: its input files, its summary, and do-no-harm."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tailtune.tuner.servicetime import ladder
+from tailtune.tuner.whatif import InputError, PiecewiseCurve, Setup, read_curve, read_trace, summarize
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("size,ms\n1,2\n", 1),
+        ("batch\n1\n", 1),
+        ("batch,ms\n1,2\n2,fast\n", 3),
+        ("batch,ms\n1,2\n2.5,3\n", 3),
+        ("batch,ms\n1,2\n4,3\n1,2.5\n", 4),
+        ("batch,ms\n1,2\n0,3\n", 3),
+        ("batch,ms\n1,-2\n", 2),
+        ("batch,ms\n1,2\n2,\n", 3),
+        ("batch,ms\n1,2,3\n", 2),
+    ],
+    ids=[
+        "bad-header",
+        "one-column",
+        "non-numeric",
+        "fractional-batch",
+        "duplicate",
+        "zero",
+        "negative",
+        "empty",
+        "extra",
+    ],
+)
+def test_bad_curve_names_file_and_line(tmp_path: Path, text: str, line: int) -> None:
+    path = _write(tmp_path, "curve.csv", text)
+    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}:{line}: "):
+        read_curve(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("time,rate\n0,1\n10,1\n", 1),
+        ("t_s,rate_rps\n0,1\nten,1\n", 3),
+        ("t_s,rate_rps\n0,1\n10,2\n10,3\n", 4),
+        ("t_s,rate_rps\n0,1\n10,2\n5,3\n", 4),
+        ("t_s,rate_rps\n0,1\n10,-2\n", 3),
+        ("t_s,rate_rps\n0,1\n10,inf\n", 3),
+    ],
+    ids=["bad-header", "non-numeric", "repeated-time", "decreasing-time", "negative-rate", "infinite-rate"],
+)
+def test_bad_trace_names_file_and_line(tmp_path: Path, text: str, line: int) -> None:
+    path = _write(tmp_path, "trace.csv", text)
+    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}:{line}: "):
+        read_trace(path)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["t_s,rate_rps\n0,10\n", "t_s,rate_rps\n", "t_s,rate_rps\n5,1\n10,1\n"],
+    ids=["single-row", "no-rows", "not-from-zero"],
+)
+def test_trace_without_a_usable_span_names_the_file(tmp_path: Path, text: str) -> None:
+    path = _write(tmp_path, "trace.csv", text)
+    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}: "):
+        read_trace(path)
+
+
+def test_missing_or_empty_files(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"nope\.csv: cannot read"):
+        read_curve(tmp_path / "nope.csv")
+    with pytest.raises(InputError, match=r"curve\.csv: no points"):
+        read_curve(_write(tmp_path, "curve.csv", "batch,ms\n"))
+
+
+def test_good_files_parse(tmp_path: Path) -> None:
+    curve = read_curve(_write(tmp_path, "l4.csv", "batch,ms\n4,3.0\n1,2.0\n 8 , 5.5\n"))
+    assert curve.points == ((1, 2.0), (4, 3.0), (8, 5.5)) and curve.name == "l4" and curve.engine_max == 8
+    assert curve.ms(2) == pytest.approx(2 + 1 / 3) and curve.ms(1) == 2.0
+    trace = read_trace(_write(tmp_path, "t.csv", "t_s,rate_rps\n0,10\n30,20.5\n60,0\n"))
+    assert trace == ((0.0, 30.0, 10.0), (30.0, 60.0, 20.5))
+
+
+def _curve(a: float, c: float, p: float, top: int) -> PiecewiseCurve:
+    return PiecewiseCurve(tuple((b, a + c * b**p) for b in ladder(top)), f"power-{p:g}")
+
+
+def test_summary_has_the_documented_keys() -> None:
+    setup = Setup(curve=_curve(2, 0.4, 1.3, 32), segments=((0.0, 120.0, 40.0),), slo_ms=50.0, seed=3)
+    for policy in ("triton-default", "tailtune"):
+        s = summarize(setup, policy)
+        assert {
+            "goodput_rps",
+            "offered_rps",
+            "windows",
+            "windows_in_slo",
+            "windows_excluding_steps",
+            "windows_in_slo_excluding_steps",
+            "changes",
+            "settle_intervals",
+            "final",
+            "timeline",
+        } <= set(s)
+        assert set(s["final"]) == {"max_batch", "delay_us", "replicas"}
+        assert s["windows"] == len(s["timeline"]) == 4
+        assert s["offered_rps"] == 40.0
+        # Poisson noise on 4 800 requests: a few percent at most.
+        assert 0 < s["goodput_rps"] <= s["offered_rps"] * 1.05
+        assert 0 <= s["windows_in_slo"] <= s["windows"]
+        assert s["windows_excluding_steps"] == s["windows"]  # no step in a constant trace
+        assert s["windows_in_slo_excluding_steps"] <= s["windows_excluding_steps"]
+        assert all({"t_s", "p_ms", "goodput_rps", "max_batch", "decision"} <= set(row) for row in s["timeline"])
+    default = summarize(setup, "triton-default")
+    assert default["final"] == {"max_batch": 32, "delay_us": 0, "replicas": 1} and default["changes"] == 0
+
+
+# Short seeded scenarios: (curve, trace segments, SLO ms, replicas max, seed).
+SCENARIOS = [
+    (_curve(2, 0.4, 1.3, 64), ((0.0, 60.0, 100.0), (60.0, 180.0, 400.0)), 50.0, 2, 1),
+    (_curve(3, 0.2, 1.5, 64), ((0.0, 90.0, 150.0), (90.0, 180.0, 250.0)), 80.0, 1, 2),
+    (_curve(1, 0.5, 1.0, 32), ((0.0, 180.0, 300.0),), 40.0, 3, 3),
+    (_curve(2, 0.3, 1.2, 128), ((0.0, 60.0, 50.0), (60.0, 120.0, 500.0), (120.0, 180.0, 200.0)), 60.0, 2, 4),
+    (_curve(4, 0.1, 1.4, 64), ((0.0, 180.0, 600.0),), 100.0, 1, 5),
+]
+
+
+def _goodputs(start_at_default: bool) -> list[tuple[int, float, float]]:
+    out = []
+    for k, (curve, segments, slo, replicas_max, seed) in enumerate(SCENARIOS):
+        start = curve.engine_max if start_at_default else 1
+        setup = Setup(curve, segments, slo, replicas_max=replicas_max, seed=seed, start_max_batch=start)
+        ours, default = summarize(setup, "tailtune"), summarize(setup, "triton-default")
+        out.append((k, ours["goodput_rps"], default["goodput_rps"]))
+    return out
+
+
+def test_do_no_harm_from_tritons_default() -> None:
+    """Started from Triton's default config, tuning never serves fewer requests within the SLO."""
+    runs = _goodputs(start_at_default=True)
+    assert all(ours >= 0.97 * default for _, ours, default in runs), runs
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "from the operator's start config (max batch 1) tailtune loses the windows before its first change: "
+        "measured goodput tailtune/triton-default = 0.971, 1.0, 1.0, 0.65 (163 vs 251 req/s, 50 -> 500 req/s "
+        "step at 60 s), 0.79 (475 vs 602 req/s at a constant 600 req/s)"
+    ),
+)
+def test_do_no_harm_from_the_operators_start_config() -> None:
+    runs = _goodputs(start_at_default=False)
+    assert all(ours >= 0.97 * default for _, ours, default in runs), runs
