@@ -2,13 +2,13 @@
 
 It feeds the curve to the law's own planner (`best_plan`) as if every batch size had been measured, then
 simulates Poisson arrivals at that load to predict the P99 and throughput, next to Triton's default. When no
-config within the bounds carries the load it says what it would take and exits 1.
+config within --replicas-max carries the load it says how many replicas would and exits 1; when no config at
+all can meet the SLO (one request alone takes longer, or queueing behind one does) it says so and exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from typing import TextIO
 
@@ -67,7 +67,8 @@ def _predict(
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
-    """Print the starting config and its predicted latency and throughput; 0 on success."""
+    """Print the starting config and its predicted latency and throughput; 0 on success, 1 when more replicas
+    than --replicas-max are needed, 2 when no config can meet the SLO."""
     args = _parser().parse_args(argv)
     stream = out or sys.stdout
     curve = named_curve(args.curve) if args.curve else linear_power(args.a_ms, args.c_ms, args.p)
@@ -86,21 +87,41 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     pname = f"P{args.percentile:g}"
     print(f"tailtune plan: {curve.name} at {args.rate:g} req/s, SLO {pname} <= {args.slo_ms:g} ms", file=stream)
     single = curve.ms(1)
-    if 2 * single > args.slo_ms:
+    if single > args.slo_ms:
         print(
-            f"infeasible: one request alone takes {single:.1f} ms and a second in flight doubles it; no batching "
-            f"config keeps {pname} under {args.slo_ms:g} ms. "
+            f"infeasible SLO: no config can meet {pname} <= {args.slo_ms:g} ms: one request alone takes "
+            f"{single:.1f} ms on this curve, whatever the batching and the replicas. "
             f"Raise --slo-ms to at least {2 * single / policy.headroom:.1f}.",
             file=stream,
         )
-        return 1
+        return 2
+    if 2 * single > args.slo_ms:
+        print(
+            f"infeasible SLO: no batching config keeps {pname} under {args.slo_ms:g} ms: one request alone takes "
+            f"{single:.1f} ms and a request that arrives while another is in flight waits for it. "
+            f"Raise --slo-ms to at least {2 * single / policy.headroom:.1f}.",
+            file=stream,
+        )
+        return 2
     if not plan.feasible:
-        need = math.ceil(plan.load_rps / c.carries()) if c.carries() > 0 else None
-        more = f"{need} replicas" if need else "a faster device or a looser SLO"
+        # The same planner without the replica bound says how many replicas the load takes.
+        unbounded = best_plan(
+            model_curve, args.rate * policy.demand_margin, policy.model_copy(update={"replicas_max": 10_000})
+        )
+        u = unbounded.candidate
+        if unbounded.feasible:
+            more = (
+                f"more replicas would do: {unbounded.replicas} replicas of max batch {u.max_batch} (delay "
+                f"{u.delay_us} us) carry {u.carries():.0f} req/s each within {pname} {policy.aim_ms:g} ms. "
+                f"Raise --replicas-max to {unbounded.replicas}."
+            )
+        else:
+            more = "no number of replicas carries it within the aim: a faster device or a looser SLO."
         print(
             f"infeasible within --replicas-max {args.replicas_max}: {args.rate:g} req/s (x{policy.demand_margin:.2f} "
-            f"margin) needs {more}; the best config, max batch {c.max_batch}, carries {c.carries():.0f} req/s per "
-            f"replica within {pname} {policy.aim_ms:g} ms (capacity {c.capacity_rps:.0f}). Raise --replicas-max.",
+            f"margin) is more than {args.replicas_max} replica(s) carry within {pname} {policy.aim_ms:g} ms "
+            f"(the most capable config, max batch {c.max_batch}, serves at most {c.capacity_rps:.0f} req/s per "
+            f"replica); {more}",
             file=stream,
         )
         return 1
