@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -87,3 +88,21 @@ def find(objects: list[Manifest], kind: str, name: str | None = None, namespace:
 def kinds(objects: list[Manifest]) -> list[str]:
     """Sorted kinds, one entry per object."""
     return sorted(o["kind"] for o in objects)
+
+
+def notes(*values_files: str, sets: tuple[str, ...] = (), tmp: Path) -> str:
+    """NOTES.txt rendered offline: `helm template` skips NOTES, so a copy of the chart renders it into a ConfigMap."""
+    chart = tmp / "chart"
+    shutil.copytree(CHART, chart)
+    (chart / "notes.txt").write_text((CHART / "templates" / "NOTES.txt").read_text())
+    (chart / "templates" / "zz-notes.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n"
+        'data:\n  notes: {{ tpl (.Files.Get "notes.txt") . | toJson }}\n'
+    )
+    result = helm(
+        "template", RELEASE, str(chart), f"--namespace={NAMESPACE}", f"--kube-version={KUBE_VERSION}",
+        "--show-only=templates/zz-notes.yaml", *values_args(values_files, sets),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    text: str = yaml.safe_load(result.stdout)["data"]["notes"]
+    return text

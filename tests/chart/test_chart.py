@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
+from tailtune.api.v1alpha1 import InferenceServiceSpec
 from tailtune.operator import metrics
 from tests.chart import rbac
 from tests.chart.helm import (
@@ -21,6 +23,7 @@ from tests.chart.helm import (
     find,
     helm,
     kinds,
+    notes,
     render,
     template,
     values_args,
@@ -67,6 +70,7 @@ def test_default_objects() -> None:
         "ClusterRoleBinding",
         "ConfigMap",  # the dashboard
         "Deployment",
+        "PersistentVolumeClaim",  # the engine store
         "PodDisruptionBudget",
         "Service",
         "ServiceAccount",
@@ -265,6 +269,88 @@ def test_restricted_egress_keeps_dns() -> None:
     dns, api = policy["spec"]["egress"]
     assert {p["port"] for p in dns["ports"]} == {53}
     assert api == {"to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}]}
+
+
+# -------------------------------------------------------------------------------------- engine store
+
+
+def test_engine_store_claim_by_default() -> None:
+    """The claim the API defaults spec.engine.store.pvc to, where the InferenceServices are: else builds never start."""
+    default_claim = InferenceServiceSpec.model_fields["engine"].default.store.pvc
+    pvc = find(render(), "PersistentVolumeClaim")
+    assert pvc["metadata"]["name"] == default_claim == "tailtune-engines"
+    assert pvc["metadata"]["namespace"] == NAMESPACE
+    assert pvc["metadata"]["labels"]["app.kubernetes.io/component"] == "engine-store"
+    assert pvc["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert pvc["spec"] == {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "50Gi"}}}
+
+
+def test_engine_store_class_size_mode_and_namespaces() -> None:
+    sets = (
+        "engineStore.storageClassName=efs-sc",
+        "engineStore.size=200Gi",
+        "engineStore.accessModes={ReadWriteOnce}",
+        "engineStore.keepOnUninstall=false",
+    )
+    objects = render("namespaced", sets=sets)
+    for ns in ("team-a", "team-b"):
+        pvc = find(objects, "PersistentVolumeClaim", "tailtune-engines", ns)
+        assert "annotations" not in pvc["metadata"]
+        assert pvc["spec"] == {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "efs-sc",
+            "resources": {"requests": {"storage": "200Gi"}},
+        }
+    chosen = render(sets=("engineStore.namespaces={ml,ml-staging}", "engineStore.name=engines"))
+    claims = [
+        (o["metadata"]["namespace"], o["metadata"]["name"]) for o in chosen if o["kind"] == "PersistentVolumeClaim"
+    ]
+    assert claims == [("ml", "engines"), ("ml-staging", "engines")]
+
+
+@pytest.mark.parametrize("assignment", ["engineStore.create=false", "engineStore.existingClaim=model-cache"])
+def test_engine_store_can_be_brought(assignment: str) -> None:
+    assert "PersistentVolumeClaim" not in kinds(render(sets=(assignment,)))
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        ("engineStore.accessModes={ReadWriteSometimes}", "/engineStore/accessModes/0"),
+        ("engineStore.size=lots", "/engineStore/size"),
+        ("engineStore.existingClaim=Model_Cache", "/engineStore/existingClaim"),
+        ("engineStore.storage=1Gi", "storage"),
+    ],
+)
+def test_engine_store_schema(assignment: str, message: str) -> None:
+    result = template(sets=(assignment,))
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+
+
+def test_notes_say_what_was_created(tmp_path: Path) -> None:
+    text = notes(tmp=tmp_path)
+    assert (
+        'created PersistentVolumeClaim "tailtune-engines" (50Gi, ReadWriteMany, storage class (cluster default))'
+        in text
+    )
+    assert f"in {NAMESPACE}. helm uninstall keeps it." in text
+    assert f"kubectl get pvc tailtune-engines --namespace {NAMESPACE}" in text
+    assert f"kubectl apply --namespace {NAMESPACE} -f examples/resnet-l4.yaml" in text
+    # The default Prometheus URL, as the API defaults it.
+    default_url = InferenceServiceSpec.model_fields["metrics"].default.prometheus_url
+    assert default_url in text
+
+
+def test_notes_for_a_brought_claim(tmp_path: Path) -> None:
+    text = notes(sets=("engineStore.existingClaim=model-cache",), tmp=tmp_path / "existing")
+    assert 'uses your claim "model-cache"; the chart created none' in text
+    assert "spec.engine.store.pvc: model-cache" in text
+    off = notes(sets=("engineStore.create=false",), tmp=tmp_path / "off")
+    assert 'none created (engineStore.create=false): create PersistentVolumeClaim "tailtune-engines"' in off
+    spread = notes("namespaced", tmp=tmp_path / "namespaced")
+    assert "in team-a, team-b." in spread
+    assert "kubectl apply --namespace team-a -f examples/resnet-l4.yaml" in spread
 
 
 # ----------------------------------------------------------------------------------------- dashboard

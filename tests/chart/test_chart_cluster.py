@@ -80,8 +80,12 @@ def test_install_creates_the_operator_and_its_peering(cluster: Cluster, namespac
         cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
     notes = output.split("NOTES:", 1)[1]
     assert f"kubectl --namespace {namespace} rollout status deployment/{release}" in notes
-    assert "kubectl apply -f examples/resnet-l4.yaml" in notes
-    assert "kubectl get tis --all-namespaces --watch" in notes
+    # The engine store is created in the release namespace, so that is where the example goes.
+    assert 'created PersistentVolumeClaim "tailtune-engines"' in notes
+    assert f"kubectl apply --namespace {namespace} -f examples/resnet-l4.yaml" in notes
+    assert f"kubectl get tis --namespace {namespace} --watch" in notes
+    pvc = cluster.get("persistentvolumeclaim", "tailtune-engines", namespace)
+    assert pvc is not None and pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
 
 
 def test_service_account_may_do_what_the_operator_needs(cluster: Cluster, namespace: str, clusterwide: Release) -> None:

@@ -41,7 +41,8 @@ def ready(obj: dict[str, Any] | None) -> bool:
 def test_two_peered_operators_under_the_chart_account(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
     from tests.e2e.test_operator import engine_store, example, jobs
 
-    with installed(cluster, namespace) as (release, _):
+    # The test binds its own engine store (a hostPath PV and the claim), as the e2e tests do.
+    with installed(cluster, namespace, "engineStore.create=false") as (release, _):
         kubeconfig = service_account_kubeconfig(cluster, namespace, release)
         active = start_operator(cluster, kubeconfig, release, 200, tmp_path / "active.log")
         standby: subprocess.Popen[bytes] | None = None

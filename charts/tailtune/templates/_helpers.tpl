@@ -73,3 +73,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   resources: [events]
   verbs: [create]
 {{- end }}
+
+{{/* Namespaces that get an engine-store PVC, as a JSON list: engineStore.namespaces, else the watched namespaces,
+else the release namespace. */}}
+{{- define "tailtune.engineStoreNamespaces" -}}
+{{- $ns := .Values.engineStore.namespaces | default .Values.watchNamespaces | default (list .Release.Namespace) -}}
+{{- toJson $ns -}}
+{{- end }}
+
+{{/* The claim InferenceServices name in spec.engine.store.pvc. */}}
+{{- define "tailtune.engineStoreClaim" -}}
+{{- .Values.engineStore.existingClaim | default .Values.engineStore.name -}}
+{{- end }}
