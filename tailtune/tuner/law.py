@@ -68,8 +68,15 @@ CALIBRATION_WEIGHT = 0.5
 CANDIDATE_CALIBRATION = (0.8, 1.25)
 # A candidate must beat the config in force by this share of robust load to be worth a reload.
 SWITCH_GAIN = 1.15
+# A config in force that carries less than 1/this of the most robust one is fragile: a load step away from a
+# backlog. It is replaced even while the latency holds (and first thing, while there is no traffic).
+FRAGILE_FACTOR = 2.0
 # Past the largest measured size the model is a bet: at most this many times that size.
 EXPLORE_REACH = 2
+# A config a canary rejected is not planned again for this long at a demand within this share of the one
+# it failed at (`TunerState.rejected`).
+REJECTED_FOR = timedelta(minutes=30)
+REJECTED_DEMAND_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -125,7 +132,7 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     )
     pname = f"P{policy.percentile:g}"
     if obs.p_latency_ms is None and obs.request_rate == 0:
-        return _hold(_reset(st), in_force, NO_TRAFFIC, "no requests in the window; holding the config")
+        return _idle(_reset(st), in_force, policy, now)
     if (
         obs.p_latency_ms is None
         or obs.request_rate is None
@@ -171,11 +178,14 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     # The residual measured on the config in force says little about configs in another regime: they get
     # only a bounded share of it.
     mild = min(CANDIDATE_CALIBRATION[1], max(CANDIDATE_CALIBRATION[0], st.calibration))
-    plan = best_plan(curve, load, policy, mild, backlog=r.saturated)
-    current = candidate(
-        curve, in_force.batching.max_batch_size, in_force.batching.max_queue_delay_microseconds, policy, st.calibration
-    )
-    at_risk = in_force.replicas * current.carries() < load
+    plan = best_plan(curve, load, policy, mild, backlog=r.saturated, avoid=rejected_now(st, r.demand_rps, now))
+    mb, delay = in_force.batching.max_batch_size, in_force.batching.max_queue_delay_microseconds
+    # The config in force as observed (full calibration) decides whether it carries the load; compared with
+    # the candidates it gets their share, so a switch is never an artefact of the calibration.
+    observed = candidate(curve, mb, delay, policy, st.calibration)
+    current = candidate(curve, mb, delay, policy, mild)
+    fragile = current.carries() * FRAGILE_FACTOR < plan.candidate.carries() or mb < policy.warmup_max
+    at_risk = in_force.replicas * observed.carries() < load or fragile
     relieve = st.bad_windows >= policy.bad_windows or r.overloaded
     relax = st.good_windows >= policy.good_windows
     cap_total = plan.replicas * plan.candidate.capacity_rps
@@ -252,6 +262,31 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     )
 
 
+def _idle(st: TunerState, in_force: InForce, policy: Policy, now: datetime) -> Decision:
+    """No traffic: the cheapest moment for a reload. Move to the most robust batching the measured curve
+    gives when the one in force is fragile (or below the warmup batch); else hold."""
+    curve = Curve(merged(policy.build_curve, st.live))
+    cooling = in_force.changed_at is not None and now - in_force.changed_at < timedelta(seconds=policy.cooldown_seconds)
+    if not curve or cooling:
+        return _hold(st, in_force, NO_TRAFFIC, "no requests in the window; holding the config")
+    plan = best_plan(curve, 0.0, policy, 1.0, backlog=False)
+    b = in_force.batching
+    current = candidate(curve, b.max_batch_size, b.max_queue_delay_microseconds, policy, 1.0)
+    best = plan.candidate
+    if current.carries() * FRAGILE_FACTOR >= best.carries() and b.max_batch_size >= policy.warmup_max:
+        return _hold(st, in_force, NO_TRAFFIC, "no requests in the window; holding the config")
+    batching = _batching(best.max_batch, best.delay_us, policy)
+    reason = (
+        f"no traffic: max batch {best.max_batch} carries {best.carries():.0f} req/s per replica within the aim "
+        f"by the measured curve, {b.max_batch_size} only {current.carries():.0f}; "
+        f"{_describe(b, in_force.replicas)} -> {_describe(batching, in_force.replicas)}"
+    )
+    code = _change_code(in_force, batching, in_force.replicas)
+    new = in_force.model_copy(update={"batching": batching, "changed_at": now, "reason": reason})
+    st = st.model_copy(update={"last_reason_code": code})
+    return Decision(action="change", in_force=new, reason=reason, reason_code=code, state=st)
+
+
 def candidate(curve: Curve, max_batch: int, delay_us: int, policy: Policy, calibration: float) -> Candidate:
     """What the model says of one batching config for one replica."""
     t = curve.ms
@@ -289,13 +324,32 @@ def candidate_delays(curve: Curve, max_batch: int, policy: Policy) -> list[int]:
     return sorted(delays)
 
 
-def best_plan(curve: Curve, load_rps: float, policy: Policy, calibration: float = 1.0, backlog: bool = True) -> Plan:
-    """The fewest replicas that carry `load_rps`, then the most robust batching, then the smaller batch."""
-    cands = [
+def rejected_now(st: TunerState, demand_rps: float, now: datetime) -> frozenset[tuple[int, int]]:
+    """(max batch, delay) of the configs a canary rejected recently at about this demand."""
+    return frozenset(
+        (x.batching.max_batch_size, x.batching.max_queue_delay_microseconds)
+        for x in st.rejected
+        if now - x.at < REJECTED_FOR
+        and (x.demand_rps is None or abs(demand_rps - x.demand_rps) <= REJECTED_DEMAND_SHARE * max(x.demand_rps, 1.0))
+    )
+
+
+def best_plan(
+    curve: Curve,
+    load_rps: float,
+    policy: Policy,
+    calibration: float = 1.0,
+    backlog: bool = True,
+    avoid: frozenset[tuple[int, int]] = frozenset(),
+) -> Plan:
+    """The fewest replicas that carry `load_rps`, then the most robust batching, then the smaller batch.
+    Configs in `avoid` (rejected by a canary) are skipped unless nothing else is left."""
+    every = [
         candidate(curve, b, d, policy, calibration)
         for b in candidate_sizes(curve, policy)
         for d in candidate_delays(curve, b, policy)
     ]
+    cands = [c for c in every if (c.max_batch, c.delay_us) not in avoid] or every
     best = max(cands, key=lambda c: (c.carries(), -c.max_batch, -c.delay_us))
     if best.carries() <= 0:
         best = max(cands, key=lambda c: (c.capacity_rps, -c.max_batch))
@@ -331,7 +385,7 @@ def _choose(
         old_cap = in_force.replicas * current.capacity_rps
         if replicas * target.capacity_rps < old_cap:
             replicas = max(replicas, min(policy.replicas_max, math.ceil(old_cap / target.capacity_rps)))
-        if replicas * target.capacity_rps < old_cap:
+        if replicas * target.capacity_rps < old_cap and current.max_batch >= policy.warmup_max:
             target, replicas = current, max(replicas, in_force.replicas)
     if not relieve:
         # Comfortable: give back replicas, never reach for more without evidence of pressure.

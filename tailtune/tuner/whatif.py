@@ -278,7 +278,8 @@ def run_tailtune(setup: Setup) -> Run:
         def record(self, decision: Decision, observation: Observation) -> None:
             run.codes.append((sim.now, decision.reason_code, decision.reason))
 
-    t = 0.0
+    # The operator's tuner ticks as soon as a pod is ready, before traffic: one tick at t=0, then every interval.
+    t = -setup.interval_s
     while t + setup.interval_s <= setup.end_s + 1e-9:
         t += setup.interval_s
         sim.advance(t)

@@ -151,14 +151,6 @@ def test_do_no_harm_from_tritons_default() -> None:
     assert all(ours >= 0.97 * default for _, ours, default in runs), runs
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "from the operator's start config (max batch 1) tailtune loses the windows before its first change: "
-        "measured goodput tailtune/triton-default = 0.971, 1.0, 1.0, 0.65 (163 vs 251 req/s, 50 -> 500 req/s "
-        "step at 60 s), 0.79 (475 vs 602 req/s at a constant 600 req/s)"
-    ),
-)
 def test_do_no_harm_from_the_operators_start_config() -> None:
     runs = _goodputs(start_at_default=False)
     assert all(ours >= 0.97 * default for _, ours, default in runs), runs
