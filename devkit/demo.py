@@ -18,12 +18,14 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import urllib.error
@@ -39,6 +41,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from devkit.checkout import Checkout, CheckoutNotFound, find_checkout
@@ -224,6 +227,7 @@ class Demo:
         self.prometheus_url = ""
         self.targets: list[str] = []
         self.first_ready_s: float | None = None
+        self.load_start_s = 0.0  # command clock -> load clock, the report's one origin
         self.procs: list[Process] = []
 
     # ---- steps ---------------------------------------------------------------------------------------
@@ -406,6 +410,7 @@ class Demo:
         load.start()
         self.stack.callback(load.stop)
         wall_start = time.time()
+        self.load_start_s = time.monotonic() - self.t0
         last_change = self.last_change(self.isvc(cluster))
         prom_p99: float | None = None
         prom_rps: float | None = None
@@ -495,24 +500,10 @@ class Demo:
         )
 
     def table(self, tick: Tick, client_p99: float | None, client_rps: float, t: float) -> Table:
-        table = Table(title=f"tailtune demo: {self.namespace}/{self.name}, t = {t:.0f} s of {self.plan.duration_s:g} s",
-                      show_header=True, header_style="bold")  # fmt: skip
-        table.add_column("what")
-        table.add_column("value", overflow="fold", max_width=100)
-        ok = client_p99 is not None and client_p99 <= self.slo_ms
-        p99 = "n/a" if client_p99 is None else f"{client_p99:.1f} ms"
-        table.add_row("phase", tick.phase)
-        table.add_row("P99 (client, 5 s) vs SLO", f"[{'green' if ok else 'red'}]{p99}[/] vs {self.slo_ms:g} ms")
-        table.add_row("P99 (Prometheus, Triton 60 s summary)", _ms(tick.prom_p99_ms))
-        table.add_row("P99 in status (tuner's window)", _ms(tick.status_p99_ms))
-        table.add_row("max batch size (live in Triton)", str(tick.max_batch))
-        table.add_row("queue delay (live in Triton)", f"{tick.delay_us} us")
-        table.add_row("replicas (ready/desired)", f"{tick.replicas_ready}/{tick.replicas_desired}")
-        table.add_row("throughput (offered / served / Prometheus)",
-                      f"{tick.offered_rps:g} / {client_rps:.0f} / {_num(tick.prom_rps)} req/s")  # fmt: skip
-        table.add_row("tuner's last verdict", tick.tuner or "-")
-        table.add_row("last change", tick.decision or "-")
-        return table
+        return live_table(
+            tick, client_p99, client_rps, t=t, duration_s=self.plan.duration_s, name=f"{self.namespace}/{self.name}",
+            slo_ms=self.slo_ms,
+        )  # fmt: skip
 
     # ---- run ---------------------------------------------------------------------------------------
     def run(self) -> int:
@@ -531,6 +522,7 @@ class Demo:
                 slo_ms=self.slo_ms, step_at=self.plan.step_at_s, low_rps=self.plan.low_rps,
                 high_rps=self.plan.high_rps, end_s=self.plan.duration_s,
                 time_to_first_ready_s=self.first_ready_s, timings_s=self.timings,
+                load_start_s=load.started_at - self.t0 if load.started_at is not None else self.load_start_s,
             )  # fmt: skip
             log(self.console, "tearing down")
         self.verify_nothing_left()
@@ -552,18 +544,66 @@ class Demo:
     def print_summary(self, s: Summary, files: list[Path]) -> None:
         c = self.console
         c.print()
-        c.print(f"time from command to first Ready pod: {_num(s.time_to_first_ready_s)} s")
-        c.print(f"time to settle after the load step:   {_num(s.settle_s)} s")
-        c.print(f"throughput before tuning: {s.before.throughput_rps:g} req/s at P99 {_ms(s.before.p99_ms)} "
-                f"(initial config, low load)")  # fmt: skip
-        if s.untuned_high is not None:
-            u = s.untuned_high
+        c.print(f"times below are on the load clock: t = 0 is the load's start, {s.load_start_s:g} s after the command")
+        ready = s.time_to_first_ready_s
+        c.print(f"time from command to first Ready pod: {_num(ready)} s"
+                + ("" if ready is None else f" (t = {ready - s.load_start_s:.0f} s)"))  # fmt: skip
+        c.print(f"time to settle after the load step:   {_num(s.settle_s)} s (step at t = {s.step_at_s:g} s)")
+        c.print(f"at {s.low_rps:g} req/s offered, initial config: served {s.before.throughput_rps:g} req/s at P99 "
+                f"{_ms(s.before.p99_ms)}")  # fmt: skip
+        u = s.untuned_high
+        if u is None:
+            c.print(f"throughput before tuning: n/a at {s.high_rps:g} req/s offered (the tuner changed the config "
+                    "within 3 s of the step)")  # fmt: skip
+        else:
             p99 = _ms(u.p99_ms) if u.p99_ms is not None else "unbounded (requests failed)"
-            c.print(f"  initial config at {s.high_rps:g} req/s offered: served {u.throughput_rps:g} req/s at P99 {p99}")
+            c.print(f"throughput before tuning: {u.throughput_rps:g} req/s at P99 {p99} ({s.high_rps:g} req/s "
+                    f"offered, initial config, t = {u.start_s:.0f}-{u.end_s:.0f} s)")  # fmt: skip
         c.print(f"throughput after tuning:  {s.after.throughput_rps:g} req/s at P99 {_ms(s.after.p99_ms)} "
-                f"(SLO {s.slo_ms:g} ms; {s.final_config})")  # fmt: skip
+                f"({s.high_rps:g} req/s offered, t = {s.after.start_s:.0f}-{s.after.end_s:.0f} s; SLO "
+                f"{s.slo_ms:g} ms; {s.final_config})")  # fmt: skip
         c.print(f"report: {', '.join(str(f) for f in files)}")
         c.print(f"[bold {'green' if s.passed else 'red'}]{s.verdict}[/]")
+
+
+TABLE_WIDTH = 80
+# A number and its unit stay on one line when a value wraps.
+_NUMBER_UNIT = re.compile(r"(\d[\d.,]*) (ms|us|s|req/s|%|replicas?)\b")
+
+
+def _wrap(text: str, width: int) -> str:
+    """`text` wrapped at `width` without breaking a number from its unit."""
+    glued = _NUMBER_UNIT.sub(lambda m: f"{m.group(1)}\x00{m.group(2)}", text)
+    lines = textwrap.wrap(glued, width, break_long_words=True, break_on_hyphens=False) or [""]
+    return "\n".join(lines).replace("\x00", " ")
+
+
+def live_table(
+    tick: Tick, client_p99: float | None, client_rps: float, *, t: float, duration_s: float, name: str, slo_ms: float
+) -> Table:
+    """The live view, at most TABLE_WIDTH columns wide; times on the load clock, as in the report. Pure."""
+    label_w = 22
+    value_w = TABLE_WIDTH - label_w - 7  # borders and padding: "│ label │ value │"
+    table = Table(title=_wrap(f"tailtune demo: {name}, t = {t:.0f} s of {duration_s:g} s of load", TABLE_WIDTH),
+                  show_header=True, header_style="bold", width=TABLE_WIDTH)  # fmt: skip
+    table.add_column("what", width=label_w, no_wrap=True)
+    table.add_column("value", width=value_w, no_wrap=True, overflow="ellipsis")
+    ok = client_p99 is not None and client_p99 <= slo_ms
+    p99 = "n/a" if client_p99 is None else f"{client_p99:.1f} ms"
+    rows = [
+        ("phase", escape(_wrap(tick.phase, value_w))),
+        ("P99 client 5 s / SLO", f"[{'green' if ok else 'red'}]{p99}[/] / {slo_ms:g} ms"),
+        ("P99 Prometheus 60 s", _ms(tick.prom_p99_ms)),
+        ("P99 in status", _ms(tick.status_p99_ms)),
+        ("max batch / delay", f"{tick.max_batch} / {tick.delay_us} us (live in Triton)"),
+        ("replicas ready/desired", f"{tick.replicas_ready}/{tick.replicas_desired}"),
+        ("req/s offered/served", f"{tick.offered_rps:g} / {client_rps:.0f} (Prometheus {_num(tick.prom_rps)})"),
+        ("tuner's last verdict", escape(_wrap(tick.tuner or "-", value_w))),
+        ("last change", escape(_wrap(tick.decision or "-", value_w))),
+    ]
+    for label, value in rows:
+        table.add_row(label, value)
+    return table
 
 
 def _condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:

@@ -82,6 +82,9 @@ class Summary:
     timings_s: dict[str, float] = field(default_factory=dict)
     decisions: list[Decision] = field(default_factory=list)
     final_config: str = ""
+    # Seconds from the command to the load's start: t = 0 of every time in the report (x-axis, windows,
+    # decisions); `timings_s` and `time_to_first_ready_s` count from the command and are shown on both clocks.
+    load_start_s: float = 0.0
 
 
 def rolling_p99(
@@ -131,22 +134,31 @@ def summarize(
     end_s: float,
     time_to_first_ready_s: float | None,
     timings_s: dict[str, float],
+    load_start_s: float = 0.0,
 ) -> Summary:
     """The summary of a run. Pure.
 
+    Times are on the load clock (t = 0 when the load started, `load_start_s` after the command).
     before: the last 20 s of low load (initial config); untuned_high: high load before the tuner's first
-    change after the step; after: the final stretch (the last quarter of the high-load phase, >= 15 s).
+    change after the step, the like-for-like "before tuning" of `after`; after: the final stretch (the last
+    quarter of the high-load phase, >= 15 s).
     The check: the final stretch meets the SLO (client-side P99), loses < 1% of requests, and settled.
     """
     sent, lat, ok = samples
-    before = Window.of("before: initial config, low load", window_stats(sent, lat, ok, max(0.0, step_at - 20), step_at))
+    before = Window.of(
+        f"initial config, {low_rps:g} req/s offered", window_stats(sent, lat, ok, max(0.0, step_at - 20), step_at)
+    )
     first_change = next((d.t for d in decisions if d.t > step_at), None)
     untuned = None
     if first_change is None or first_change - step_at >= 3:
         stop = end_s if first_change is None else first_change
-        untuned = Window.of("initial config, high load", window_stats(sent, lat, ok, step_at, stop))
+        untuned = Window.of(
+            f"before tuning: initial config, {high_rps:g} req/s offered", window_stats(sent, lat, ok, step_at, stop)
+        )
     final_len = max(15.0, (end_s - step_at) / 4)
-    after = Window.of("after tuning, high load", window_stats(sent, lat, ok, end_s - final_len, end_s))
+    after = Window.of(
+        f"after tuning, {high_rps:g} req/s offered", window_stats(sent, lat, ok, end_s - final_len, end_s)
+    )
     settle = settle_time(rolling_p99(sent, lat, ok, end_s), step_at, slo_ms)
     lost = after.failed / after.sent if after.sent else 1.0
     problems = []
@@ -177,11 +189,33 @@ def summarize(
         timings_s={k: round(v, 1) for k, v in timings_s.items()},
         decisions=list(decisions),
         final_config=describe_config(ticks[-1]) if ticks else "",
+        load_start_s=round(load_start_s, 1),
     )
 
 
 def _fmt(v: float | None, unit: str = "") -> str:
     return "n/a" if v is None else f"{v:g} {unit}".rstrip()
+
+
+def before_after(s: Summary) -> str:
+    """Throughput and P99 before and after tuning at the same offered load (the high one)."""
+    after = f"{s.after.throughput_rps:g} req/s at P99 {_p99(s.after)}"
+    u = s.untuned_high
+    if u is None:
+        return (
+            f"At {s.high_rps:g} req/s offered: the tuner changed the config within 3 s of the step, so there is no "
+            f"untuned stretch at that load; after tuning it served {after}."
+        )
+    return (
+        f"At {s.high_rps:g} req/s offered: before tuning (initial config, t = {u.start_s:.0f}-{u.end_s:.0f} s) "
+        f"served {u.throughput_rps:g} req/s at P99 {_p99(u)}; after tuning served {after}."
+    )
+
+
+def _p99(w: Window) -> str:
+    if w.p99_ms is None:
+        return "unbounded (requests failed)" if w.sent else "n/a"
+    return f"{w.p99_ms:g} ms"
 
 
 def markdown(summary: Summary) -> str:
@@ -195,12 +229,15 @@ def markdown(summary: Summary) -> str:
         "Everything real except the GPU: local control plane, the operator, one real `tritonserver` per pod "
         "(model: the EMULATED accelerator), a real Prometheus, real open-loop load; latencies are client-side.",
         "",
+        f"Times are seconds since the load started (t = 0, {s.load_start_s:g} s after the command), as in the PNG.",
+        "",
         f"- SLO: P99 <= {s.slo_ms:g} ms; load {s.low_rps:g} -> {s.high_rps:g} req/s at t = {s.step_at_s:g} s",
-        f"- time from command to first Ready pod: {_fmt(s.time_to_first_ready_s, 's')}",
+        f"- time from command to first Ready pod: {_fmt(s.time_to_first_ready_s, 's')}"
+        + ("" if s.time_to_first_ready_s is None else f" (t = {s.time_to_first_ready_s - s.load_start_s:.1f} s)"),
         f"- time to settle after the load step (client P99 over 5 s stays under the SLO): {_fmt(s.settle_s, 's')}",
         f"- final config: {s.final_config}",
         "",
-        "| stretch | from (s) | to (s) | throughput (req/s) | P50 (ms) | P99 (ms) | failed |",
+        "| stretch | from t (s) | to t (s) | throughput (req/s) | P50 (ms) | P99 (ms) | failed |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for w in (s.before, s.untuned_high, s.after):
@@ -212,8 +249,9 @@ def markdown(summary: Summary) -> str:
             )
     lines += ["", "## Tuner decisions", ""]
     lines += [f"- t = {d.t:.0f} s: {d.config} — {d.reason}" for d in s.decisions] or ["- none"]
-    lines += ["", "## Timings (s)", ""]
-    lines += [f"- {k}: {v:g}" for k, v in s.timings_s.items()]
+    lines += ["", before_after(s)]
+    lines += ["", "## Timings", ""]
+    lines += [f"- {k}: t = {v - s.load_start_s:.1f} s ({v:g} s after the command)" for k, v in s.timings_s.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -240,65 +278,91 @@ def plot(
     ticks: Sequence[Tick],
     samples: tuple[Sequence[float], Sequence[float], Sequence[bool]],
 ) -> None:
-    """Three panels on the load clock: P99 vs SLO, throughput, and the tuner's knobs."""
+    """Five panels on the load clock: P99 vs SLO, throughput, max batch, queue delay, replicas."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
     sent, lat, ok = samples
     end = ticks[-1].t if ticks else (sent[-1] if sent else 1.0)
     rolling = rolling_p99(sent, lat, ok, end)
-    fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(11, 10), sharex=True)
+    fig, axes = plt.subplots(5, 1, figsize=(11, 13), sharex=True, gridspec_kw={"height_ratios": [3, 2, 1.2, 1.2, 1.2]})
+    ax_lat, ax_rps, ax_batch, ax_delay, ax_rep = axes
     fig.suptitle(f"tailtune demo (emulated GPU): {summary.verdict}", fontsize=10)
 
+    # Latency, log scale, ticks at 1-2-5 labelled in plain milliseconds.
     cap = 10_000.0  # failures count as infinite; drawn at the top of the axis
-    ax1.plot([t for t, _ in rolling], [min(p if p is not None else cap, cap) for _, p in rolling],
-             label="P99, client, 5 s window", color="tab:blue")  # fmt: skip
+    ax_lat.plot([t for t, _ in rolling], [min(p if p is not None else cap, cap) for _, p in rolling],
+                label="P99, client, 5 s window (failures at 10 s)", color="tab:blue")  # fmt: skip
     prom = [(k.t, k.prom_p99_ms) for k in ticks if k.prom_p99_ms is not None]
     if prom:
-        ax1.plot(*zip(*prom, strict=True), label="P99, Triton summary via Prometheus (60 s)", color="tab:purple",
-                 alpha=0.7)  # fmt: skip
-    ax1.axhline(summary.slo_ms, color="tab:red", linestyle="--", label=f"SLO {summary.slo_ms:g} ms")
-    ax1.set_yscale("log")
-    ax1.set_ylabel("latency (ms)")
-    ax1.legend(loc="upper right", fontsize=8)
+        ax_lat.plot(*zip(*prom, strict=True), label="P99, Triton summary via Prometheus (60 s)", color="tab:purple",
+                    alpha=0.7)  # fmt: skip
+    ax_lat.axhline(summary.slo_ms, color="tab:red", linestyle="--", label=f"SLO {summary.slo_ms:g} ms")
+    ax_lat.set_yscale("log")
+    ax_lat.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax_lat.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax_lat.yaxis.set_minor_formatter(NullFormatter())
+    ax_lat.set_ylabel("latency (ms, log)")
 
+    # Throughput.
     bins: dict[int, int] = {}
     for s, good in zip(sent, ok, strict=False):
         if good:
             bins[int(s)] = bins.get(int(s), 0) + 1
     xs = sorted(bins)[:-1]  # the last second is partial
-    ax2.plot(xs, [bins[x] for x in xs], label="served (client, 1 s)", color="tab:green", linewidth=0.8)
-    ax2.plot([k.t for k in ticks], [k.offered_rps for k in ticks], label="offered", color="black", linestyle=":")
+    ax_rps.plot(xs, [bins[x] for x in xs], label="served (client, 1 s)", color="tab:green", linewidth=0.8)
+    ax_rps.plot([k.t for k in ticks], [k.offered_rps for k in ticks], label="offered", color="black", linestyle=":")
     rps = [(k.t, k.prom_rps) for k in ticks if k.prom_rps is not None]
     if rps:
-        ax2.plot(*zip(*rps, strict=True), label="Prometheus rate", color="tab:purple", alpha=0.7)
-    ax2.set_ylabel("req/s")
-    ax2.legend(loc="upper left", fontsize=8)
+        ax_rps.plot(*zip(*rps, strict=True), label="Prometheus rate", color="tab:purple", alpha=0.7)
+    ax_rps.set_ylabel("req/s")
+    ax_rps.set_ylim(bottom=0)
 
     def steps(attr: str) -> tuple[list[float], list[float]]:
         pts = [(k.t, float(getattr(k, attr))) for k in ticks if getattr(k, attr) is not None]
         return [p[0] for p in pts], [p[1] for p in pts]
 
-    ax3.step(*steps("max_batch"), where="post", label="max batch size", color="tab:orange")
-    ax3.step(*steps("replicas_ready"), where="post", label="replicas ready", color="tab:cyan")
-    ax3.set_ylabel("batch / replicas")
-    ax3b = ax3.twinx()
+    def floor_above_axis(ax: Any, values: Sequence[float], least: float) -> None:
+        # A little room under 0, so a line at 0 is drawn above the axis instead of on it.
+        top = max([least, *values]) * 1.2
+        ax.set_ylim(-0.08 * top, top)
+
+    t_batch, batch = steps("max_batch")
+    ax_batch.step(t_batch, batch, where="post", label="max batch size (live in Triton)", color="tab:orange",
+                  linewidth=2)  # fmt: skip
+    ax_batch.set_ylabel("max batch")
+    floor_above_axis(ax_batch, batch, 1.0)
+    ax_batch.yaxis.set_major_locator(MaxNLocator(integer=True))
+
     t_delay, delay = steps("delay_us")
-    ax3b.step(t_delay, [d / 1000 for d in delay], where="post", label="queue delay (ms)", color="tab:gray")
-    ax3b.set_ylabel("queue delay (ms)")
-    ax3b.set_ylim(bottom=0, top=max([1.0, *(d / 1000 * 1.2 for d in delay)]))
-    ax3.set_ylim(bottom=0)
-    ax3.yaxis.get_major_locator().set_params(integer=True)
-    ax3.legend(loc="upper left", fontsize=8)
-    ax3b.legend(loc="upper right", fontsize=8)
-    ax3.set_xlabel("seconds since the load started")
-    for ax in (ax1, ax2, ax3):
-        ax.axvline(summary.step_at_s, color="black", alpha=0.4)
-        for d in summary.decisions:
-            ax.axvline(d.t, color="tab:orange", alpha=0.35, linestyle="--")
+    delay_ms = [d / 1000 for d in delay]
+    ax_delay.step(t_delay, delay_ms, where="post", label="max queue delay (live in Triton)", color="tab:brown",
+                  linewidth=2)  # fmt: skip
+    ax_delay.set_ylabel("queue delay (ms)")
+    floor_above_axis(ax_delay, delay_ms, 1.0)
+
+    t_want, want = steps("replicas_desired")
+    t_ready, ready = steps("replicas_ready")
+    ax_rep.step(t_ready, ready, where="post", label="replicas ready (serving)", color="tab:cyan", linewidth=1.5)
+    ax_rep.step(t_want, want, where="post", label="replicas desired (status)", color="tab:gray", linestyle="--",
+                linewidth=1.5, zorder=3)  # fmt: skip
+    ax_rep.set_ylabel("replicas")
+    floor_above_axis(ax_rep, [*want, *ready], 1.0)
+    ax_rep.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_rep.set_xlabel(f"seconds since the load started (t = 0 is {summary.load_start_s:g} s after the command)")
+    ax_rep.set_xlim(0, end)
+
+    step_label = f"load step {summary.low_rps:g} -> {summary.high_rps:g} req/s"
+    for ax in axes:
+        ax.axvline(summary.step_at_s, color="black", alpha=0.5, label=step_label)
+        for i, d in enumerate(summary.decisions):
+            ax.axvline(d.t, color="tab:olive", alpha=0.6, linestyle="-.",
+                       label="tuner change" if i == 0 else None)  # fmt: skip
         ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize=8, framealpha=0.85)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import io
+import itertools
 import math
 import random
+import re
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from devkit.demo import _wrap, live_table
 from devkit.load import Samples, window_stats
-from devkit.report import Decision, Tick, markdown, rolling_p99, settle_time, summarize, write_report
+from devkit.report import (
+    Decision,
+    Tick,
+    before_after,
+    markdown,
+    plot,
+    rolling_p99,
+    settle_time,
+    summarize,
+    write_report,
+)
 
 SLO = 100.0
 
@@ -86,3 +101,117 @@ def test_the_report_files(tmp_path: Path) -> None:
     assert [f.name for f in files] == ["report.png", "summary.json", "summary.md", "timeline.json"]
     assert all(f.stat().st_size > 0 for f in files)
     assert files[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ----------------------------------------------------------------------------------- issue 15: one clock, like for like
+
+
+def test_before_and_after_tuning_compare_the_same_load() -> None:
+    samples = run(step_at=30, end=120, latency=40, bad_until=50)
+    decisions = [Decision(45.0, "max batch 4, delay 0 us, 2 replicas", "P99 2000 ms: larger batches")]
+    s = summarize(samples, ticks(120, 45), decisions, slo_ms=SLO, step_at=30, low_rps=40, high_rps=130,
+                  end_s=120, time_to_first_ready_s=21.0, timings_s={"cluster up": 5.0}, load_start_s=25.0)  # fmt: skip
+    assert s.untuned_high is not None
+    assert "130 req/s offered" in s.untuned_high.label and "130 req/s offered" in s.after.label
+    assert "40 req/s offered" in s.before.label and "before tuning" not in s.before.label
+    line = before_after(s)
+    assert line.startswith("At 130 req/s offered: before tuning (initial config, t = 30-45 s) served ")
+    assert "after tuning served" in line
+    text = markdown(s)
+    assert "t = 0, 25 s after the command" in text
+    # Command-clock timings are also given on the load clock, the x-axis of the PNG.
+    assert "- cluster up: t = -20.0 s (5 s after the command)" in text
+    assert "first Ready pod: 21 s (t = -4.0 s)" in text
+
+
+def test_no_untuned_stretch_says_so() -> None:
+    samples = run(step_at=30, end=120, latency=40, bad_until=31)
+    decisions = [Decision(31.0, "max batch 4, delay 0 us, 2 replicas", "why")]
+    s = summarize(samples, ticks(120, 31), decisions, slo_ms=SLO, step_at=30, low_rps=40, high_rps=130,
+                  end_s=120, time_to_first_ready_s=None, timings_s={})  # fmt: skip
+    assert s.untuned_high is None
+    assert "no untuned stretch at that load" in before_after(s)
+
+
+def _tick(**kw: object) -> Tick:
+    base: dict[str, object] = dict(
+        t=61.0, offered_rps=100.0, phase="PodsNotReady; SLOMet=Unknown", max_batch=16, delay_us=12_500,
+        replicas_desired=3, replicas_ready=2, status_p99_ms=123.456, prom_p99_ms=1234.5, prom_rps=99.9,
+        tuner="raise-batch-and-replicas-under-backlog",
+        decision="P99 1234.5 ms over the aim 120 ms at 100 req/s offered: max batch 16, delay 12500 us, 3 replicas "
+        "[planned from the measured curve: 2.4 ms at batch 1, 9.7 ms at batch 16]",
+    )  # fmt: skip
+    base.update(kw)
+    return Tick(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_live_table_fits_80_columns_and_keeps_numbers_with_units(width: int) -> None:
+    console = Console(width=width, file=io.StringIO(), color_system=None, legacy_windows=False)
+    table = live_table(_tick(), 1999.95, 98.0, t=61.4, duration_s=120, name="tailtune-demo/mlp", slo_ms=150)
+    with console.capture() as cap:
+        console.print(table)
+    lines = cap.get().splitlines()
+    assert max(len(line) for line in lines) <= 80, "\n".join(lines)
+    text = "\n".join(lines)
+    for expected in ("2000.0 ms / 150 ms", "1234.5 ms", "123.5 ms", "16 / 12500 us", "2/3", "100 / 98"):
+        assert expected in text, text
+    # A wrapped line never ends with a bare number whose unit starts the next line.
+    cells = [line.strip("│ ").split("│")[-1].strip() for line in lines if line.startswith("│")]
+    for this, nxt in itertools.pairwise(cells):
+        if re.search(r"\d$", this):
+            assert not re.match(r"(ms|us|s|req/s|%|replicas?)\b", nxt), (this, nxt)
+    assert "[planned from the measured curve" in text  # free text is not taken for rich markup
+
+
+def test_wrap_glues_numbers_to_units() -> None:
+    for width in range(8, 40):
+        wrapped = _wrap("P99 1234.5 ms over the aim 120 ms at 100 req/s with 3 replicas", width)
+        for line in wrapped.splitlines():
+            assert not re.match(r"(ms|req/s|replicas)\b", line), wrapped
+
+
+def test_the_report_png_has_a_legend_for_every_line_and_marker(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    samples = run(step_at=30, end=60, latency=40, bad_until=40)
+    decisions = [Decision(40.0, "max batch 4", "why"), Decision(50.0, "max batch 8", "why")]
+    tks = [_tick(t=float(t), delay_us=0, replicas_desired=2 if t >= 40 else 1, replicas_ready=1) for t in range(1, 61)]
+    s = summarize(samples, tks, decisions, slo_ms=SLO, step_at=30, low_rps=40, high_rps=130, end_s=60,
+                  time_to_first_ready_s=20, timings_s={}, load_start_s=25.0)  # fmt: skip
+    captured: list[object] = []
+    real_close = plt.close
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plt, "close", lambda fig: captured.append(fig))
+        plot(tmp_path / "report.png", s, tks, samples)
+    fig = captured[0]
+    axes = fig.axes  # type: ignore[attr-defined]
+    labels = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in axes]
+    everything = [x for ax_labels in labels for x in ax_labels]
+    for expected in (
+        "SLO 100 ms",
+        "load step 40 -> 130 req/s",
+        "tuner change",
+        "replicas desired (status)",
+        "replicas ready (serving)",
+        "max queue delay (live in Triton)",
+        "max batch size (live in Triton)",
+        "offered",
+    ):
+        assert expected in everything, labels
+    # Each marker once per legend, however many decisions.
+    assert all(ax_labels.count("tuner change") == 1 for ax_labels in labels)
+    lat, _rps, _batch, delay, _rep = axes
+    # A delay of 0 is drawn above the axis, not on it.
+    assert delay.get_ylim()[0] < 0
+    # The log latency axis labels its 1-2-5 ticks in plain milliseconds.
+    fig.canvas.draw()  # type: ignore[attr-defined]
+    ticks_shown = [t.get_text() for t in lat.get_yticklabels() if t.get_text()]
+    assert {"20", "50", "100", "200", "500"} <= set(ticks_shown), ticks_shown
+    assert "t = 0 is 25 s after the command" in axes[-1].get_xlabel()
+    assert lat.get_xlim()[0] == 0
+    real_close(fig)
