@@ -160,8 +160,8 @@ def build_crd() -> JSON:
         {
             "name": "P99",
             "type": "number",
-            "jsonPath": ".status.latency.observedMs",
-            "description": "Observed ms",
+            "jsonPath": ".status.latency.cleanMs",
+            "description": "Latency at spec.slo.percentile, ms, over the latest window after the last change",
         },
         {"name": "Batch", "type": "integer", "jsonPath": ".status.batching.maxBatchSize"},
         {"name": "Delay", "type": "integer", "jsonPath": ".status.batching.maxQueueDelayMicroseconds"},

@@ -372,6 +372,9 @@ class Metrics(Model):
             "{name}, {model}, {window}. Defaults to Triton's own metrics.",
         ),
     ] = None
+    timeout_seconds: Annotated[float, Field(gt=0, le=60, description="Timeout of every Prometheus query, seconds.")] = (
+        3.0
+    )
 
 
 class InferenceServiceSpec(Model):
@@ -490,6 +493,37 @@ class LatencyStatus(Model):
     percentile: Annotated[float | None, Field(description="Percentile observed.")] = None
     throughput_rps: Annotated[float | None, Field(description="Requests per second.")] = None
     observed_at: Annotated[str | None, Field(description="When it was observed.")] = None
+    window_start: Annotated[str | None, Field(description="Oldest instant the figure can reflect (RFC 3339).")] = None
+    window_end: Annotated[str | None, Field(description="Newest sample behind the figure (RFC 3339).")] = None
+    source: Annotated[
+        Literal["tritonSummary", "histogram", "userQuery"] | None,
+        Field(
+            description="tritonSummary: Triton's summary per pod, max over pods (fixed 60 s window, only the "
+            "configured quantiles); histogram: histogram_quantile over the summed buckets; userQuery: "
+            "metrics.latencyQuery."
+        ),
+    ] = None
+    overlaps_change: Annotated[
+        bool | None, Field(description="The window reaches back before the last config change (settling).")
+    ] = None
+    above_range: Annotated[
+        bool | None, Field(description="The quantile lies above every histogram bucket (+Inf): over any SLO.")
+    ] = None
+    clean_ms: Annotated[
+        float | None, Field(description="Latency of the latest window that does not overlap a change, ms.")
+    ] = None
+    clean_window_end: Annotated[str | None, Field(description="End of that window (RFC 3339).")] = None
+    problem: Annotated[
+        str | None,
+        Field(
+            description="Why the signal cannot be judged: PrometheusUnavailable, QueryAmbiguous, NoTraffic, "
+            "NoLatencyData."
+        ),
+    ] = None
+    message: Annotated[str | None, Field(description="Detail of the problem or of the window.")] = None
+    infeasible: Annotated[
+        str | None, Field(description="The tuner's SLOInfeasible reason (demand beyond the bounds), if any.")
+    ] = None
 
 
 class ServiceTimePoint(Model):

@@ -14,11 +14,12 @@ import kopf
 
 from tailtune.api import GROUP, KIND, PLURAL, VERSION, InferenceService
 from tailtune.api.keys import LAST_HANDLED_KEY, MANAGED_BY, MANAGED_BY_LABEL, PREFIX
+from tailtune.api.v1alpha1 import Tuning
 from tailtune.operator import metrics
 from tailtune.operator.kube import API_CONCURRENCY, ApiException, KubeCluster, load_config
 from tailtune.operator.reconcile import Outcome, reconcile
 from tailtune.operator.status import ENGINE_BUILD_FAILED, ENGINE_BUILT, ENGINE_READY
-from tailtune.operator.tuning import parse_isvc, slo_condition_moved, tune_step
+from tailtune.operator.tuning import parse_isvc, read_latency, slo_condition_moved, tune_step
 from tailtune.triton.stats import BatchStatsReader
 from tailtune.tuner.prom import PrometheusReader, Target
 
@@ -37,6 +38,8 @@ class State:
         self.locks: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
         # Triton's batch statistics are counters: each object keeps its previous read to take deltas.
         self.batch_stats: dict[tuple[str, str], BatchStatsReader] = {}
+        # Objects whose tuner tick is running: never two at once for one object.
+        self.ticking: set[tuple[str, str]] = set()
 
 
 def _state(memo: Any) -> State:
@@ -135,7 +138,7 @@ async def child_changed(body: kopf.Body, memo: Any, **_: Any) -> None:
 
 
 def prometheus_reader(isvc: InferenceService) -> PrometheusReader:
-    """The latency reader of one InferenceService."""
+    """The latency reader of one InferenceService (every query under `metrics.timeoutSeconds`)."""
     spec = isvc.spec
     target = Target(namespace=isvc.metadata.namespace, name=isvc.metadata.name, model=isvc.model_name)
     return PrometheusReader.connect(
@@ -144,42 +147,76 @@ def prometheus_reader(isvc: InferenceService) -> PrometheusReader:
         spec.slo.percentile,
         spec.slo.window_seconds,
         latency_query=spec.metrics.latency_query,
+        timeout_seconds=spec.metrics.timeout_seconds,
     )
 
 
 async def tuner_tick(state: State, namespace: str, name: str) -> float:
-    """One tuner tick; returns the seconds until the next one (the spec's interval)."""
+    """One tuner tick; returns the seconds until the next one (the spec's interval).
+
+    Prometheus is read before the per-object lock is taken: a slow or hanging Prometheus delays this tuner
+    by at most its timeouts and never holds up a reconcile. At most one tick per object is in flight.
+    """
+    key = (namespace, name)
     raw = await state.cluster.read_isvc(namespace, name)
     isvc = parse_isvc(raw) if raw else None
     if isvc is None or not isvc.spec.tuning.enabled:
         return RESYNC_SECONDS
-    async with state.locks[(namespace, name)]:
-        now = datetime.now(UTC)
-        stats = state.batch_stats.setdefault((namespace, name), BatchStatsReader(isvc.model_name))
-        decision = await tune_step(isvc, state.cluster, prometheus_reader(isvc), now, stats)
-        changed = decision is not None and decision.changed
-        if decision is not None and changed:
-            log.info("%s/%s tuner: %s", namespace, name, decision.reason)
-        # Reconcile now when the tuner changed the config (ConfigMap, replicas: kopf does not react to our own
-        # annotations) or when the new latency moves SLOMet (status, which reconcile writes).
-        fresh = await state.cluster.read_isvc(namespace, name)
-        fresh_isvc = parse_isvc(fresh) if fresh else None
-        if fresh and fresh_isvc and (changed or slo_condition_moved(fresh_isvc, fresh_isvc.status.latency.observed_ms)):
-            record_outcome(namespace, name, await reconcile(fresh, state.cluster, now))
-    return float(isvc.spec.tuning.interval_seconds)
+    interval = float(isvc.spec.tuning.interval_seconds)
+    if isvc.status.replicas.ready < 1 or key in state.ticking:
+        return interval
+    state.ticking.add(key)
+    try:
+        read = await asyncio.to_thread(read_latency, prometheus_reader(isvc), datetime.now(UTC))
+        async with state.locks[key]:
+            now = datetime.now(UTC)
+            # Re-read under the lock: a reconcile may have moved the object while Prometheus answered.
+            raw = await state.cluster.read_isvc(namespace, name)
+            isvc = parse_isvc(raw) if raw else None
+            if isvc is None or not isvc.spec.tuning.enabled:
+                return RESYNC_SECONDS
+            interval = float(isvc.spec.tuning.interval_seconds)
+            stats = state.batch_stats.setdefault(key, BatchStatsReader(isvc.model_name))
+            decision = await tune_step(isvc, state.cluster, read, now, stats)
+            changed = decision is not None and decision.changed
+            if decision is not None and changed:
+                log.info("%s/%s tuner: %s", namespace, name, decision.reason)
+            # Reconcile now when the tuner changed the config (ConfigMap, replicas: kopf does not react to our
+            # own annotations) or when the new latency moves SLOMet (status, which reconcile writes).
+            fresh = await state.cluster.read_isvc(namespace, name)
+            fresh_isvc = parse_isvc(fresh) if fresh else None
+            if fresh and fresh_isvc and (changed or slo_condition_moved(fresh_isvc, fresh_isvc.status.latency)):
+                record_outcome(namespace, name, await reconcile(fresh, state.cluster, now))
+    finally:
+        state.ticking.discard(key)
+    return interval
+
+
+# After a failed tick the tuner retries after 5, 10, 20 ... s, never later than its interval (not the resync).
+RETRY_SECONDS = 5.0
+
+
+def retry_delay(failures: int, interval: float) -> float:
+    """Seconds before the next try after `failures` failed ticks in a row: doubling, bounded by the interval."""
+    return min(interval, RETRY_SECONDS * 2.0 ** max(0, failures - 1))
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0, initial_delay=5.0)
 async def tuner(namespace: str | None, name: str, memo: Any, stopped: kopf.DaemonStopped, **_: Any) -> None:
     """The SLO tuner of one InferenceService: every `tuning.intervalSeconds`, read Prometheus, decide, apply."""
+    interval, failures = float(Tuning().interval_seconds), 0
     while not stopped:
-        interval = RESYNC_SECONDS
         try:
             interval = await tuner_tick(_state(memo), namespace or "default", name)
+            failures, delay = 0, interval
         except ApiException as exc:
             metrics.ERRORS.labels("api").inc()
             log.warning("tuner %s/%s: API server %s %s", namespace, name, exc.status, exc.reason)
+            failures += 1
+            delay = retry_delay(failures, min(interval, RESYNC_SECONDS))
         except Exception:  # never let one bad tick kill the daemon: the next tick decides again
             metrics.ERRORS.labels("tuner").inc()
             log.exception("tuner %s/%s: tick failed", namespace, name)
-        await stopped.wait(interval)
+            failures += 1
+            delay = retry_delay(failures, min(interval, RESYNC_SECONDS))
+        await stopped.wait(delay)

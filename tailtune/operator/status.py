@@ -38,6 +38,11 @@ SERVING_AVAILABLE = "ServingAvailable"
 NO_LATENCY_DATA = "NoLatencyData"
 SLO_VIOLATED = "SLOViolated"
 WITHIN_SLO = "WithinSLO"
+SETTLING = "Settling"
+PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"
+QUERY_AMBIGUOUS = "QueryAmbiguous"
+NO_TRAFFIC = "NoTraffic"
+SLO_INFEASIBLE = "SLOInfeasible"
 ALL_READY = "AllComponentsReady"
 
 
@@ -90,14 +95,29 @@ def compute_serving_condition(
 
 
 def compute_slo_condition(isvc: InferenceService, latency: LatencyStatus) -> Condition:
-    """SLOMet from the last latency observation."""
+    """SLOMet from the last read of the latency signal (`status.latency`, written by the tuner).
+
+    Unknown while the figure cannot be judged (Prometheus unavailable, ambiguous query, no traffic, no data) or
+    while its window still reaches back before the last change (Settling: never False on stale traffic).
+    """
     slo = isvc.spec.slo
     label = f"P{slo.percentile:g}"
-    if latency.observed_ms is None:
-        return _cond(SLO_MET, None, NO_LATENCY_DATA, f"no {label} latency data from Prometheus yet")
-    message = f"{label} {latency.observed_ms:.1f} ms vs SLO {slo.latency_ms:g} ms"
-    if latency.observed_ms <= slo.latency_ms:
+    detail = f": {latency.message}" if latency.message else ""
+    if latency.problem in (PROMETHEUS_UNAVAILABLE, QUERY_AMBIGUOUS, NO_TRAFFIC):
+        return _cond(SLO_MET, None, latency.problem, f"{label} not judged{detail}")
+    if latency.observed_ms is None and not latency.above_range:
+        return _cond(SLO_MET, None, NO_LATENCY_DATA, f"no {label} latency data from Prometheus yet{detail}")
+    shown = "above every histogram bucket" if latency.above_range else f"{latency.observed_ms:.1f} ms"
+    message = f"{label} {shown} vs SLO {slo.latency_ms:g} ms"
+    if latency.window_start and latency.window_end:
+        message += f" over {latency.window_start} to {latency.window_end}"
+    if latency.overlaps_change:
+        clean = "" if latency.clean_ms is None else f"; last clean window {latency.clean_ms:.1f} ms"
+        return _cond(SLO_MET, None, SETTLING, f"{message}, which reaches back before the last change{clean}")
+    if not latency.above_range and latency.observed_ms is not None and latency.observed_ms <= slo.latency_ms:
         return _cond(SLO_MET, True, WITHIN_SLO, message)
+    if latency.infeasible:
+        return _cond(SLO_MET, False, SLO_INFEASIBLE, f"{message}; {latency.infeasible}")
     return _cond(SLO_MET, False, SLO_VIOLATED, message)
 
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
@@ -27,9 +28,17 @@ from tailtune.operator.inforce import in_force as config_in_force
 from tailtune.operator.inforce import in_force_annotation, tuner_state, tuner_state_annotation
 from tailtune.operator.modelconfig import model_config_json
 from tailtune.operator.observed import Observed
-from tailtune.operator.status import SLO_MET, compute_slo_condition
+from tailtune.operator.status import (
+    NO_LATENCY_DATA,
+    NO_TRAFFIC,
+    PROMETHEUS_UNAVAILABLE,
+    QUERY_AMBIGUOUS,
+    SLO_MET,
+    compute_slo_condition,
+)
 from tailtune.triton.control import ApplyError, apply_config
 from tailtune.tuner.loop import ObservationReader, tune_once
+from tailtune.tuner.prom import TRITON_SUMMARY_QUANTILES, PrometheusUnavailable, Signal, quantile_label
 from tailtune.tuner.servicetime import BatchSample, CurvePoint
 from tailtune.tuner.types import Decision, InForce, Observation, Policy, TunerState
 
@@ -62,13 +71,101 @@ def policy_for(isvc: InferenceService, build_curve: tuple[CurvePoint, ...] = ())
     )
 
 
-def latency_status(observation: Observation, percentile: float, now: datetime) -> LatencyStatus:
-    """status.latency from one window (None fields when the signal is missing)."""
+@dataclass(frozen=True)
+class LatencyRead:
+    """One read of the latency signal, or why there is none (read before the per-object lock is taken)."""
+
+    signal: Signal | None
+    problem: str = ""
+    message: str = ""
+
+
+def read_latency(reader: ObservationReader | SignalReader, now: datetime) -> LatencyRead:
+    """Read the window ending now; a failure becomes a problem status shows, never an exception. Blocking."""
+    try:
+        if isinstance(reader, SignalReader):
+            return LatencyRead(reader.read_signal(now))
+        return LatencyRead(Signal(observation=reader.read(now), source="userQuery"))
+    except PrometheusUnavailable as exc:
+        return LatencyRead(
+            None, PROMETHEUS_UNAVAILABLE, f"Prometheus at {exc.url} unavailable ({exc.kind}): {exc.detail}"
+        )
+    except Exception as exc:  # a reader of another kind: its failure is the signal's failure
+        return LatencyRead(None, PROMETHEUS_UNAVAILABLE, f"latency signal unavailable: {type(exc).__name__}: {exc}")
+
+
+def _stamp(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def latency_status(
+    read: LatencyRead | Observation,
+    isvc: InferenceService | float,
+    now: datetime,
+    decision: Decision | None = None,
+) -> LatencyStatus:
+    """status.latency from one read: the figure, the window it covers and its source, whether it reaches back
+    before the last change (then `cleanMs` stays empty: the config in force has no clean window yet), and why
+    it cannot be judged when it cannot."""
+    if isinstance(read, Observation):  # a bare observation: no source or problem known
+        read = LatencyRead(Signal(observation=read, source="userQuery"))
+    percentile = isvc if isinstance(isvc, float | int) else isvc.spec.slo.percentile
+    infeasible = decision.reason if decision is not None and decision.infeasible else None
+    if read.signal is None:
+        return LatencyStatus(
+            percentile=percentile, observed_at=_stamp(now), problem=read.problem, message=read.message,
+            infeasible=infeasible,
+        )  # fmt: skip
+    signal, obs = read.signal, read.signal.observation
+    p = obs.p_latency_ms
+    observed = None if p is None or math.isinf(p) else round(p, 2)
+    changed_at = None if isinstance(isvc, float | int) else config_in_force(isvc).changed_at
+    overlaps = changed_at is not None and obs.window_start < changed_at
+    problem, message = "", ""
+    if signal.ambiguous:
+        problem, message = QUERY_AMBIGUOUS, f"{signal.ambiguous}: {signal.latency_query}"
+    elif p is None and obs.request_rate == 0:
+        problem, message = NO_TRAFFIC, "no requests in the window"
+    elif p is None:
+        problem, message = NO_LATENCY_DATA, _no_data_message(signal, percentile)
+    elif not isinstance(isvc, float | int):
+        message = _window_note(isvc, obs.span_seconds)
     return LatencyStatus(
-        observed_ms=None if observation.p_latency_ms is None else round(observation.p_latency_ms, 2),
+        observed_ms=observed,
         percentile=percentile,
-        throughput_rps=None if observation.request_rate is None else round(observation.request_rate, 2),
-        observed_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        throughput_rps=None if obs.request_rate is None else round(obs.request_rate, 2),
+        observed_at=_stamp(now),
+        window_start=_stamp(obs.window_start),
+        window_end=_stamp(obs.window_end),
+        source=signal.source,
+        overlaps_change=overlaps,
+        above_range=signal.above_range or None,
+        clean_ms=None if overlaps else observed,
+        clean_window_end=None if overlaps or observed is None else _stamp(obs.window_end),
+        problem=problem or None,
+        message=message or None,
+        infeasible=infeasible,
+    )
+
+
+def _no_data_message(signal: Signal, percentile: float) -> str:
+    if signal.source == "tritonSummary" and quantile_label(percentile) not in TRITON_SUMMARY_QUANTILES:
+        return (
+            f"Triton's summaries carry only their configured quantiles ({', '.join(TRITON_SUMMARY_QUANTILES)} by "
+            f"default); quantile {quantile_label(percentile)} needs --metrics-config summary_quantiles=... on the "
+            "server, a latency histogram, or metrics.latencyQuery"
+        )
+    return f"the latency query returned no series: {signal.latency_query}"
+
+
+def _window_note(isvc: InferenceService, span_seconds: float) -> str:
+    """Says so when the tuner reads more often than its source's window moves on (windows overlap)."""
+    interval = isvc.spec.tuning.interval_seconds
+    if interval >= span_seconds:
+        return ""
+    return (
+        f"tuning every {interval} s reads a {span_seconds:g} s window: consecutive windows overlap, and each is "
+        "judged once per new scrape"
     )
 
 
@@ -117,6 +214,13 @@ class _Deferred:
         return None
 
 
+@runtime_checkable
+class SignalReader(Protocol):
+    """A reader that also says where its figure comes from (`tailtune.tuner.prom.PrometheusReader`)."""
+
+    def read_signal(self, at: datetime) -> Signal: ...
+
+
 class BatchStats(Protocol):
     """Triton's per-batch-size statistics of the ready pods since the last read (`triton.stats`)."""
 
@@ -126,7 +230,7 @@ class BatchStats(Protocol):
 async def tune_step(
     isvc: InferenceService,
     cluster: TunerCluster,
-    reader: ObservationReader,
+    reader: ObservationReader | SignalReader | LatencyRead,
     now: datetime,
     batch_stats: BatchStats | None = None,
 ) -> Decision | None:
@@ -140,11 +244,13 @@ async def tune_step(
         return None
     applied = config_in_force(isvc)
     state = tuner_state(isvc)
-    try:
-        observation = await asyncio.to_thread(reader.read, now)
-    except Exception as exc:  # Prometheus down or the query refused: the law holds on missing data, never blind
-        log.warning("%s/%s: latency signal unavailable: %s", isvc.metadata.namespace, isvc.metadata.name, exc)
+    # The read normally happens before the caller takes the per-object lock (a slow Prometheus holds no one up).
+    read = reader if isinstance(reader, LatencyRead) else await asyncio.to_thread(read_latency, reader, now)
+    if read.signal is None:  # the law holds on missing data, never blind; status says why
+        log.warning("%s/%s: %s", isvc.metadata.namespace, isvc.metadata.name, read.message)
         observation = Observation(window_end=now, span_seconds=float(isvc.spec.slo.window_seconds))
+    else:
+        observation = read.signal.observation
     # Prometheus counts the pods it scraped; the Deployment knows how many serve.
     observation = observation.model_copy(
         update={
@@ -169,12 +275,9 @@ async def tune_step(
         annotations |= tuner_state_annotation(new_state)
     if annotations:
         await cluster.patch_annotations(isvc.metadata, annotations)
-    latency = latency_status(observation, isvc.spec.slo.percentile, now)
+    latency = latency_status(read, isvc, now, decision)
     old = isvc.status.latency
-    if (latency.observed_ms, latency.throughput_rps) != (
-        old.observed_ms,
-        old.throughput_rps,
-    ) or old.observed_at is None:
+    if latency.model_copy(update={"observed_at": None}) != old.model_copy(update={"observed_at": None}):
         await cluster.patch_latency(isvc.metadata, latency)
     return decision
 
@@ -224,9 +327,10 @@ async def _apply_hot(isvc: InferenceService, cluster: TunerCluster, decision: De
     return failed
 
 
-def slo_condition_moved(isvc: InferenceService, observation_ms: float | None) -> bool:
-    """Whether SLOMet would change with this observation (then the caller reconciles to write it)."""
-    new = compute_slo_condition(isvc, LatencyStatus(observed_ms=observation_ms))
+def slo_condition_moved(isvc: InferenceService, latency: LatencyStatus | float | None) -> bool:
+    """Whether SLOMet would change with this latency status (then the caller reconciles to write it)."""
+    status = latency if isinstance(latency, LatencyStatus) else LatencyStatus(observed_ms=latency)
+    new = compute_slo_condition(isvc, status)
     old = next((c for c in isvc.status.conditions if c.type == SLO_MET), None)
     return old is None or (old.status, old.reason) != (new.status, new.reason)
 

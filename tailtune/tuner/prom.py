@@ -19,9 +19,11 @@ Missing series give None, never zero.
 from __future__ import annotations
 
 import math
+import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from tailtune.tuner.types import SUMMARY_WINDOW_SECONDS, Observation
 
@@ -29,9 +31,85 @@ DEFAULT_SELECTOR = 'namespace="{namespace}",model="{model}"'
 
 
 class PromClient(Protocol):
-    """The part of `prometheus_api_client.PrometheusConnect` the reader uses."""
+    """An instant-query client: the result vector of one PromQL at one time (raises `PrometheusUnavailable`)."""
 
-    def custom_query(self, query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]: ...
+    def query(self, promql: str, at: datetime) -> list[dict[str, Any]]: ...
+
+
+ErrorKind = Literal["dns", "refused", "timeout", "http", "invalid"]
+Source = Literal["tritonSummary", "histogram", "userQuery"]
+DEFAULT_TIMEOUT_SECONDS = 3.0
+# Triton's default summary quantiles (`--metrics-config summary_quantiles=...` changes them).
+TRITON_SUMMARY_QUANTILES = ("0.5", "0.9", "0.95", "0.99", "0.999")
+
+
+class PrometheusUnavailable(Exception):
+    """Prometheus could not answer: which URL, and why (DNS, refused, timeout, HTTP status, invalid reply)."""
+
+    def __init__(self, url: str, kind: ErrorKind, detail: str) -> None:
+        super().__init__(f"{url}: {kind}: {detail}")
+        self.url, self.kind, self.detail = url, kind, detail
+
+
+class HttpPromClient:
+    """Prometheus' HTTP API with a timeout on every call; failures classified as `PrometheusUnavailable`."""
+
+    def __init__(self, url: str, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> None:
+        import requests
+
+        self.url = url.rstrip("/")
+        self.timeout = timeout_seconds
+        self._session = requests.Session()
+
+    def query(self, promql: str, at: datetime) -> list[dict[str, Any]]:
+        """The result vector of an instant query."""
+        import requests
+
+        params = {"query": promql, "time": f"{at.timestamp():.3f}", "timeout": f"{self.timeout:g}s"}
+        try:
+            response = self._session.get(f"{self.url}/api/v1/query", params=params, timeout=self.timeout)
+        except requests.Timeout as exc:
+            raise PrometheusUnavailable(self.url, "timeout", f"no answer within {self.timeout:g} s") from exc
+        except requests.ConnectionError as exc:
+            raise PrometheusUnavailable(self.url, _connection_kind(exc), _root(exc)) from exc
+        except requests.RequestException as exc:
+            raise PrometheusUnavailable(self.url, "invalid", _root(exc)) from exc
+        if response.status_code != 200:
+            raise PrometheusUnavailable(
+                self.url, "http", f"HTTP {response.status_code} {response.reason}: {response.text[:200]}"
+            )
+        try:
+            body = response.json()
+            result: list[dict[str, Any]] = body["data"]["result"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise PrometheusUnavailable(self.url, "invalid", f"not a Prometheus answer: {response.text[:200]}") from exc
+        return result
+
+
+def _root(exc: BaseException) -> str:
+    """The innermost cause's message (requests wraps urllib3 wraps socket)."""
+    while exc.__cause__ is not None or exc.__context__ is not None:
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    args = getattr(exc, "args", ())
+    return str(args[-1] if args else exc) or type(exc).__name__
+
+
+def _connection_kind(exc: BaseException) -> ErrorKind:
+    text = repr(exc)
+    if "NameResolution" in text or "Name or service not known" in text or "getaddrinfo" in text:
+        return "dns"
+    if "ConnectTimeout" in text or "timed out" in text:
+        return "timeout"
+    if "Connection refused" in text or "ConnectionRefused" in text:
+        return "refused"
+    chain: BaseException | None = exc
+    while chain is not None:
+        if isinstance(chain, socket.gaierror):
+            return "dns"
+        if isinstance(chain, ConnectionRefusedError):
+            return "refused"
+        chain = chain.__cause__ or chain.__context__
+    return "refused"
 
 
 @dataclass(frozen=True)
@@ -55,6 +133,42 @@ class Queries:
     avg_batch: str
     queue_growth_rps: str
     ready_replicas: str
+    source: Source = "tritonSummary"
+    # Unix time of the newest sample behind the latency figure: the window's end advances only with new data.
+    newest_sample: str = ""
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Where a request's time goes inside Triton, mean ms per request over the window (None: no series)."""
+
+    queue_ms: float | None
+    input_ms: float | None
+    infer_ms: float | None
+    output_ms: float | None
+    request_ms: float | None
+
+    @property
+    def rest_ms(self) -> float | None:
+        """Request time Triton spent outside the queue and the compute steps (its own request path)."""
+        parts = (self.queue_ms, self.input_ms, self.infer_ms, self.output_ms)
+        if self.request_ms is None or any(p is None for p in parts):
+            return None
+        return max(0.0, self.request_ms - sum(p for p in parts if p is not None))
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One read of the latency signal: the law's observation, and what status says about it."""
+
+    observation: Observation
+    source: Source
+    # How many series the latency query returned; more than one is ambiguous and never silently reduced.
+    series: int = 1
+    ambiguous: str = ""
+    # The quantile lies above every histogram bucket (+Inf): over any SLO, not missing.
+    above_range: bool = False
+    latency_query: str = ""
 
 
 def fill(template: str, target: Target, window_seconds: float) -> str:
@@ -92,27 +206,25 @@ def build_queries(
         return f"sum(rate({metric}{{{sel}}}[{w}]))"
 
     q = percentile / 100
+    source: Source
     if latency_query is not None:
         latency = f"({fill(latency_query, target, window_seconds)}) * 1000"
         span = window_seconds
+        source, newest = "userQuery", f"max(timestamp(nv_inference_request_success{{{sel}}}))"
     elif histogram:
         buckets = f"sum by (le) (rate(nv_inference_request_duration_us_bucket{{{sel}}}[{w}]))"
         latency = f"histogram_quantile({q:g}, {buckets}) / 1000"
         span = window_seconds
+        source, newest = "histogram", f"max(timestamp(nv_inference_request_duration_us_bucket{{{sel}}}))"
     else:
         summary = f'nv_inference_request_summary_us{{{sel},quantile="{quantile_label(percentile)}"}}'
         extra = window_seconds - SUMMARY_WINDOW_SECONDS
         # The summary already covers the last 60 s; a longer SLO window adds the max over the rest.
-        latency = (
-            f"max({summary}) / 1000"
-            if extra < 1
-            else f"max(max_over_time({summary}[{round(extra)}s])) / 1000"
-        )
+        latency = f"max({summary}) / 1000" if extra < 1 else f"max(max_over_time({summary}[{round(extra)}s])) / 1000"
         span = max(window_seconds, SUMMARY_WINDOW_SECONDS)
+        source, newest = "tritonSummary", f"max(timestamp({summary}))"
     success = rate("nv_inference_request_success")
-    compute = " + ".join(
-        rate(f"nv_inference_compute_{part}_duration_us") for part in ("input", "infer", "output")
-    )
+    compute = " + ".join(rate(f"nv_inference_compute_{part}_duration_us") for part in ("input", "infer", "output"))
     return Queries(
         latency_ms=latency,
         span_seconds=span,
@@ -122,11 +234,35 @@ def build_queries(
         avg_batch=f"{rate('nv_inference_count')} / {rate('nv_inference_exec_count')}",
         queue_growth_rps=f"sum(deriv(nv_inference_pending_request_count{{{sel}}}[{w}]))",
         ready_replicas=f"count(count by (instance) (nv_inference_request_success{{{sel}}}))",
+        source=source,
+        newest_sample=newest,
     )
 
 
+def breakdown_queries(target: Target, window_seconds: float, selector: str = DEFAULT_SELECTOR) -> dict[str, str]:
+    """Mean ms per request of each step of Triton's request path over the window (its cumulative counters)."""
+    sel = fill(selector, target, window_seconds)
+    w = f"{round(window_seconds)}s"
+    success = f"sum(rate(nv_inference_request_success{{{sel}}}[{w}]))"
+
+    def per_request(metric: str) -> str:
+        return f"sum(rate({metric}{{{sel}}}[{w}])) / {success} / 1000"
+
+    return {
+        "queue_ms": per_request("nv_inference_queue_duration_us"),
+        "input_ms": per_request("nv_inference_compute_input_duration_us"),
+        "infer_ms": per_request("nv_inference_compute_infer_duration_us"),
+        "output_ms": per_request("nv_inference_compute_output_duration_us"),
+        "request_ms": per_request("nv_inference_request_duration_us"),
+    }
+
+
 class PrometheusReader:
-    """Reads the window ending at a given time for one InferenceService (the loop's ObservationReader)."""
+    """Reads the window ending at a given time for one InferenceService (the loop's ObservationReader).
+
+    Every call has a timeout (the client's); the first failure ends the read with `PrometheusUnavailable`, so a
+    hanging Prometheus costs one timeout per tick, not one per query.
+    """
 
     def __init__(
         self,
@@ -155,11 +291,10 @@ class PrometheusReader:
         *,
         latency_query: str | None = None,
         selector: str = DEFAULT_SELECTOR,
+        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
     ) -> PrometheusReader:
-        """A reader on a `PrometheusConnect` client for this URL."""
-        from prometheus_api_client import PrometheusConnect
-
-        client = PrometheusConnect(url=url, disable_ssl=True)
+        """A reader over Prometheus' HTTP API at this URL."""
+        client = HttpPromClient(url, timeout_seconds)
         return cls(client, target, percentile, window_seconds, latency_query=latency_query, selector=selector)
 
     def queries(self, at: datetime) -> Queries:
@@ -167,9 +302,7 @@ class PrometheusReader:
         histogram = False
         if self._latency_query is None:
             sel = fill(self._selector, self._target, self._window)
-            histogram = (
-                self._scalar(f"count(nv_inference_request_duration_us_bucket{{{sel}}})", at) or 0
-            ) > 0
+            histogram = (self._scalar(f"count(nv_inference_request_duration_us_bucket{{{sel}}})", at) or 0) > 0
         return build_queries(
             self._target,
             self._percentile,
@@ -180,26 +313,147 @@ class PrometheusReader:
         )
 
     def read(self, window_end: datetime) -> Observation:
-        """One observation; a field is None when its series are missing or not a number."""
-        q = self.queries(window_end)
-        replicas = self._scalar(q.ready_replicas, window_end)
-        requests = self._scalar(q.request_rate, window_end)
-        return Observation(
+        """One observation (the loop's reader); raises `PrometheusUnavailable`."""
+        return self.read_signal(window_end).observation
+
+    def read_signal(self, at: datetime) -> Signal:
+        """One read at `at`: the observation, whose window ends at the newest sample behind the latency figure
+        (so two reads without a new scrape are the same window), and what status says about it."""
+        q = self.queries(at)
+        series = self._client.query(q.latency_ms, at)
+        latency, above, ambiguous = _latency(series)
+        newest = self._scalar(q.newest_sample, at)
+        window_end = (
+            datetime.fromtimestamp(newest, tz=at.tzinfo) if newest is not None and newest <= at.timestamp() else at
+        )
+        replicas = self._scalar(q.ready_replicas, at)
+        requests = self._scalar(q.request_rate, at)
+        observation = Observation(
             window_end=window_end,
             span_seconds=q.span_seconds,
-            p_latency_ms=self._scalar(q.latency_ms, window_end),
+            p_latency_ms=latency,
             request_rate=requests,
-            queue_ms=self._scalar(q.queue_ms, window_end),
-            compute_ms=self._scalar(q.compute_ms, window_end),
-            avg_batch=self._scalar(q.avg_batch, window_end),
-            queue_growth_rps=self._scalar(q.queue_growth_rps, window_end),
+            queue_ms=self._scalar(q.queue_ms, at),
+            compute_ms=self._scalar(q.compute_ms, at),
+            avg_batch=self._scalar(q.avg_batch, at),
+            queue_growth_rps=self._scalar(q.queue_growth_rps, at),
             ready_replicas=round(replicas) if replicas is not None else None,
             sample_count=round(requests * q.span_seconds) if requests is not None else None,
         )
+        return Signal(
+            observation=observation,
+            source=q.source,
+            series=len(series),
+            ambiguous=ambiguous,
+            above_range=above,
+            latency_query=q.latency_ms,
+        )
+
+    def read_breakdown(self, at: datetime) -> Breakdown:
+        """Where the time goes inside Triton over the window ending at `at`."""
+        values = {
+            k: self._scalar(v, at) for k, v in breakdown_queries(self._target, self._window, self._selector).items()
+        }
+        return Breakdown(**values)
 
     def _scalar(self, query: str, at: datetime) -> float | None:
-        result = self._client.custom_query(query, params={"time": f"{at.timestamp():.3f}"})
+        result = self._client.query(query, at)
         if not result:
             return None
         value = float(result[0]["value"][1])
         return value if math.isfinite(value) else None
+
+
+def _latency(series: list[dict[str, Any]]) -> tuple[float | None, bool, str]:
+    """(ms, above every bucket, why ambiguous) from the latency query's result vector.
+
+    Several series are ambiguous: which one is the service's latency is not ours to guess. NaN (no requests in
+    the window) is no data; +Inf (the quantile lies in the +Inf bucket) is over any SLO.
+    """
+    if len(series) > 1:
+        labels = sorted({k for s in series for k in s.get("metric", {})})
+        varying = [k for k in labels if len({s.get("metric", {}).get(k) for s in series}) > 1]
+        shown = ", ".join(varying or labels) or "no labels"
+        why = f"the latency query returned {len(series)} series (differing in: {shown}); aggregate it to one"
+        return None, False, why
+    if not series:
+        return None, False, ""
+    value = float(series[0]["value"][1])
+    if math.isinf(value) and value > 0:
+        return math.inf, True, ""
+    return (value if math.isfinite(value) else None), False, ""
+
+
+@dataclass(frozen=True)
+class PodWindow:
+    """One Triton pod's own window (the canary's judge): latency, successes and failures, GPU memory.
+
+    Every field is None when its series is missing."""
+
+    p_ms: float | None = None
+    success_rps: float | None = None
+    failure_rps: float | None = None
+    gpu_used_bytes: float | None = None
+    gpu_total_bytes: float | None = None
+
+    @property
+    def error_rate(self) -> float | None:
+        """Failed share of the requests in the window."""
+        if self.success_rps is None:
+            return None
+        total = self.success_rps + (self.failure_rps or 0.0)
+        return (self.failure_rps or 0.0) / total if total > 0 else 0.0
+
+
+def pod_queries(
+    target: Target,
+    percentile: float,
+    window_seconds: float,
+    *,
+    histogram: bool = False,
+    selector: str = DEFAULT_SELECTOR,
+) -> dict[str, str]:
+    """Per-pod PromQL (one series per scrape `instance`), keyed by `PodWindow` field."""
+    sel = fill(selector, target, window_seconds)
+    w = f"{round(window_seconds)}s"
+    if histogram:
+        buckets = f"sum by (instance, le) (rate(nv_inference_request_duration_us_bucket{{{sel}}}[{w}]))"
+        latency = f"histogram_quantile({percentile / 100:g}, {buckets}) / 1000"
+    else:
+        # Triton's summary already covers the last 60 s of this pod alone.
+        summary = f'nv_inference_request_summary_us{{{sel},quantile="{quantile_label(percentile)}"}}'
+        latency = f"max by (instance) ({summary}) / 1000"
+    # GPU metrics carry no model label: the namespace selects them.
+    gpu = fill('namespace="{namespace}"', target, window_seconds)
+    return {
+        "p_ms": latency,
+        "success_rps": f"sum by (instance) (rate(nv_inference_request_success{{{sel}}}[{w}]))",
+        "failure_rps": f"sum by (instance) (rate(nv_inference_request_failure{{{sel}}}[{w}]))",
+        "gpu_used_bytes": f"max by (instance) (nv_gpu_memory_used_bytes{{{gpu}}})",
+        "gpu_total_bytes": f"max by (instance) (nv_gpu_memory_total_bytes{{{gpu}}})",
+    }
+
+
+def read_pod_windows(
+    query: Callable[[str, datetime], list[dict[str, Any]]],
+    target: Target,
+    percentile: float,
+    window_seconds: float,
+    at: datetime,
+    *,
+    histogram: bool = False,
+    selector: str = DEFAULT_SELECTOR,
+) -> dict[str, PodWindow]:
+    """Each pod's own window ending at `at`, keyed by pod IP (the host of the scrape `instance`).
+
+    `query(promql, at)` runs one instant query and returns its result vector. Read only."""
+    fields: dict[str, dict[str, float | None]] = {}
+    for name, promql in pod_queries(target, percentile, window_seconds, histogram=histogram, selector=selector).items():
+        for series in query(promql, at):
+            instance = str(series.get("metric", {}).get("instance", ""))
+            if not instance:
+                continue
+            ip = instance.rsplit(":", 1)[0] if instance.count(":") == 1 else instance
+            value = float(series["value"][1])
+            fields.setdefault(ip, {})[name] = value if math.isfinite(value) else None
+    return {ip: PodWindow(**values) for ip, values in fields.items()}
