@@ -38,7 +38,8 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     import tailtune.operator.handlers  # noqa: F401  (registers the handlers)
     from tailtune.operator.metrics import start_metrics_server
 
-    kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
+    # Prefix each of kopf's per-object lines ("Handler ... succeeded") with the object's namespace/name.
+    kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()], log_prefix=True)
     if args.metrics_port:
         start_metrics_server(args.metrics_port)
     namespaces = args.namespace or []
@@ -70,6 +71,12 @@ def _cmd_simulate(rest: list[str]) -> int:
 
     code: int = simulate_main(rest)
     return code
+
+
+def _cmd_explain(rest: list[str]) -> int:
+    from tailtune.operator.explain import main as explain_main
+
+    return explain_main(rest)
 
 
 def _cmd_demo(rest: list[str]) -> int:
@@ -108,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("plan", help="starting config and predicted P99 for a service curve and a load", add_help=False)
     sub.add_parser("simulate", help="what-if: a tuning policy on your measured curve and recorded trace",
                    add_help=False)  # fmt: skip
+    sub.add_parser("explain", help="where the time goes for one InferenceService, and what the tuner does next",
+                   add_help=False)  # fmt: skip
     sub.add_parser("demo", help="the whole loop on this machine (local cluster, real Triton, Prometheus, load)",
                    add_help=False)  # fmt: skip
     return parser
@@ -121,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         return _cmd_plan(argv[1:])
     if argv and argv[0] == "simulate":
         return _cmd_simulate(argv[1:])
+    if argv and argv[0] == "explain":
+        return _cmd_explain(argv[1:])
     if argv and argv[0] == "demo":
         return _cmd_demo(argv[1:])
     args = parser.parse_args(argv)
