@@ -29,6 +29,8 @@ DESIRED_HASH_ANNOTATION = f"{PREFIX}/desired-hash"
 # On the InferenceService: the config in force, and the tuner's state (both survive operator restarts).
 APPLIED_ANNOTATION = f"{PREFIX}/applied"
 TUNER_STATE_ANNOTATION = f"{PREFIX}/tuner-state"
+# On the InferenceService: a batching rollout in flight (canary, target, previous), resumed after a restart.
+ROLLOUT_ANNOTATION = f"{PREFIX}/rollout"
 # kopf's diff base, under PREFIX (kopf joins the two).
 LAST_HANDLED_KEY = "last-handled-configuration"
 

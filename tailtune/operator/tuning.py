@@ -2,10 +2,12 @@
 
 The law is pure (`tailtune.tuner.law`); this module gives it its three sides for one InferenceService:
 - reader: `tailtune.tuner.prom` (the only module that talks to Prometheus),
-- applier: hot mode reloads the batching into every ready Triton pod (load with config override), then
-  records the config in force in an annotation so reconcile updates the ConfigMap (restarted pods come back
-  with it) and the replica count; a failed hot apply falls back to a rolling update. Rolling mode only
-  records, and reconcile rolls the Deployment.
+- applier: hot mode rolls a batching change out safely (`rollout`): one pod first (the canary, reloaded with
+  a config override), judged on its own window, then the rest a pod at a time, or rolled back and recorded as
+  rejected. The config in force (an annotation) changes when the rollout is promoted, so reconcile updates the
+  ConfigMap (restarted pods come back with it); the replica count changes at once. Without room on the GPU
+  for a second copy of the engine the pods are rolled instead. Rolling mode only records, and reconcile
+  rolls the Deployment.
 - recorder: the tuner state (annotation, survives restarts), `status.latency`, and an Event on a change.
 """
 
@@ -14,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
-from tailtune.api.keys import GRPC_PORT
+from tailtune.api.keys import GRPC_PORT, ROLLOUT_ANNOTATION
 from tailtune.api.v1alpha1 import Batching, InferenceService, LatencyStatus, ObjectMeta
 from tailtune.operator import metrics
 from tailtune.operator.engine import build_curve, engine_cache_key, engine_info, io_known
@@ -28,6 +31,20 @@ from tailtune.operator.inforce import in_force as config_in_force
 from tailtune.operator.inforce import in_force_annotation, tuner_state, tuner_state_annotation
 from tailtune.operator.modelconfig import model_config_json
 from tailtune.operator.observed import Observed
+from tailtune.operator.rollout import (
+    CANARY_PROMOTED,
+    CANARY_REJECTED,
+    CANARY_STARTED,
+    PodObservation,
+    PodReader,
+    RolloutPolicy,
+    RolloutState,
+    RolloutStep,
+    advance_rollout,
+    pod_observation,
+    reload_fits,
+    start_rollout,
+)
 from tailtune.operator.status import (
     NO_LATENCY_DATA,
     NO_TRAFFIC,
@@ -36,11 +53,13 @@ from tailtune.operator.status import (
     SLO_MET,
     compute_slo_condition,
 )
-from tailtune.triton.control import ApplyError, apply_config
+from tailtune.triton.config import batching_from_config
+from tailtune.triton.control import ApplyError, apply_config, get_model_config_json, is_model_ready
+from tailtune.tuner import prom
 from tailtune.tuner.loop import ObservationReader, tune_once
 from tailtune.tuner.prom import TRITON_SUMMARY_QUANTILES, PrometheusUnavailable, Signal, quantile_label
 from tailtune.tuner.servicetime import BatchSample, CurvePoint
-from tailtune.tuner.types import Decision, InForce, Observation, Policy, TunerState
+from tailtune.tuner.types import Decision, InForce, Observation, Policy, RejectedConfig, TunerState
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +197,8 @@ class HotApplyReport:
 
 
 def hot_apply(pod_ips: tuple[str, ...], model: str, config_json: str) -> HotApplyReport:
-    """Reload the model with the new config in each ready pod (Triton swaps when the new copy is READY)."""
+    """Reload the model with the new config in each given pod, in order (Triton swaps when the new copy is
+    READY). The rollout calls it for one pod at a time."""
     report = HotApplyReport()
     for ip in pod_ips:
         try:
@@ -189,6 +209,23 @@ def hot_apply(pod_ips: tuple[str, ...], model: str, config_json: str) -> HotAppl
         except Exception as exc:  # tritonclient raises its own exception types for transport errors
             report.failures[ip] = f"{type(exc).__name__}: {exc}"
     return report
+
+
+def observe_pods(
+    ready_ips: tuple[str, ...], model: str, windows: Mapping[str, prom.PodWindow], window_seconds: float
+) -> dict[str, PodObservation]:
+    """What the rollout judges, per ready pod: model readiness and live batching from Triton, its own window
+    from Prometheus. Reads only."""
+    pods: dict[str, PodObservation] = {}
+    for ip in ready_ips:
+        url = f"{ip}:{GRPC_PORT}"
+        ready = is_model_ready(url, model)
+        try:
+            live = batching_from_config(get_model_config_json(url, model)) if ready else None
+        except Exception:  # unreadable config: unknown, the rollout neither counts it done nor rolls it back
+            live = None
+        pods[ip] = pod_observation(ready, live, windows.get(ip), window_seconds)
+    return pods
 
 
 class _Window:
@@ -233,6 +270,7 @@ async def tune_step(
     reader: ObservationReader | SignalReader | LatencyRead,
     now: datetime,
     batch_stats: BatchStats | None = None,
+    pods: PodReader | None = None,
 ) -> Decision | None:
     """One tuner tick for one InferenceService: read, decide (`tailtune.tuner.loop.tune_once`, the loop the
     simulator and the benchmark run), apply (hot or rolling), record.
@@ -262,11 +300,15 @@ async def tune_step(
     policy = policy_for(isvc, build_curve(isvc))
     new_state, new_in_force, decision = tune_once(_Window(observation), deferred, deferred, state, applied, policy, now)
     annotations: dict[str, str] = {}
-    if decision.changed:
-        rolled = await _apply_hot(isvc, cluster, decision, applied) if isvc.spec.tuning.mode == "hot" else False
-        annotations |= in_force_annotation(new_in_force.model_copy(update={"rolled": rolled or applied.rolled}))
-        if isvc.spec.tuning.mode == "rolling" or rolled:
-            metrics.CONFIG_RELOADS.labels(isvc.metadata.namespace, isvc.metadata.name, "rollout", "ok").inc()
+    rollout = RolloutState.from_annotations(isvc.metadata.annotations) if isvc.spec.tuning.mode == "hot" else None
+    if rollout is not None or (decision.changed and isvc.spec.tuning.mode == "hot"):
+        # A rollout in flight is finished before the law changes anything again.
+        hot = await _apply_hot(isvc, cluster, decision, applied, state, rollout, pods, now)
+        new_state, decision = hot.decision.state, hot.decision
+        annotations |= hot.annotations
+    elif decision.changed:
+        annotations |= in_force_annotation(new_in_force)
+        metrics.CONFIG_RELOADS.labels(isvc.metadata.namespace, isvc.metadata.name, "rollout", "ok").inc()
         await cluster.emit_event(isvc.metadata, "Normal", decision.reason_code or "TunerChange", decision.reason)
     elif decision.infeasible and state.last_reason_code != decision.reason_code:
         await cluster.emit_event(isvc.metadata, "Warning", decision.reason_code, decision.reason)
@@ -304,27 +346,125 @@ def _memory(state: TunerState) -> dict[str, object]:
     return state.model_dump(exclude={"last_window_end", "missing_windows", "recent_demand", "last_rate"})
 
 
-async def _apply_hot(isvc: InferenceService, cluster: TunerCluster, decision: Decision, applied: InForce) -> bool:
-    """Reload the new batching in every ready pod; True when it failed somewhere (then the Deployment rolls)."""
-    if decision.batching == applied.batching:
-        return False  # a replica change only: reconcile scales the Deployment
+@dataclass
+class _HotOutcome:
+    """What a hot tick did: the decision to report (the law's, or the rollout's) and the annotations to write."""
+
+    decision: Decision
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+async def _apply_hot(
+    isvc: InferenceService,
+    cluster: TunerCluster,
+    decision: Decision,
+    applied: InForce,
+    state: TunerState,
+    rollout: RolloutState | None,
+    pods: PodReader | None,
+    now: datetime,
+) -> _HotOutcome:
+    """Hot mode: start a rollout for a batching change (or roll the pods when the GPU has no room for a
+    second copy of the engine), or advance the one in flight; promote or reject it when it ends."""
+    ns, name = isvc.metadata.namespace, isvc.metadata.name
+    if rollout is None and decision.batching == applied.batching:
+        # A replica change only: reconcile scales the Deployment.
+        await cluster.emit_event(isvc.metadata, "Normal", decision.reason_code or "TunerChange", decision.reason)
+        return _HotOutcome(decision, in_force_annotation(decision.in_force))
     key = engine_cache_key(isvc)
     observed = await cluster.observe(isvc, key, job_report=not io_known(isvc, key), pod_ips=True)
     info = engine_info(isvc, key, observed.job)
     ips = observed.deployment.ready_pod_ips if observed.deployment else ()
-    report = await asyncio.to_thread(hot_apply, ips, isvc.model_name, model_config_json(isvc, decision.batching, info))
-    failed = bool(report.failures)
-    ns, name = isvc.metadata.namespace, isvc.metadata.name
-    metrics.CONFIG_RELOADS.labels(ns, name, "hot", "failed" if failed else "ok").inc()
-    if failed:
-        await cluster.emit_event(
-            isvc.metadata, "Warning", "HotReloadFailed",
-            f"hot reload failed on {sorted(report.failures)}; rolling the Deployment instead: "
-            + "; ".join(report.failures.values()),
-        )  # fmt: skip
-    elif report.seconds:
-        log.info("%s/%s: hot reload on %d pods, slowest %.2f s", ns, name, len(ips), max(report.seconds.values()))
-    return failed
+    window = max(float(isvc.spec.slo.window_seconds), 60.0)  # Triton's per-pod summary covers 60 s
+    try:
+        windows = dict(await asyncio.to_thread(pods.read, now)) if pods is not None else {}
+    except Exception as exc:  # no per-pod latency: the canary is judged late, then rolled back
+        log.warning("%s/%s: per-pod latency unavailable: %s", ns, name, exc)
+        windows = {}
+    annotations: dict[str, str] = {}
+    if rollout is None:
+        if any(reload_fits(None, w.gpu_used_bytes, w.gpu_total_bytes) is False for w in windows.values()):
+            # No room for a second copy of the engine: roll the pods (maxSurge 1, maxUnavailable 0, warm first).
+            metrics.CONFIG_RELOADS.labels(ns, name, "rollout", "ok").inc()
+            await cluster.emit_event(
+                isvc.metadata, "Normal", "HotReloadNoRoom",
+                "no GPU memory for a second copy of the engine; rolling the pods one at a time: " + decision.reason,
+            )  # fmt: skip
+            return _HotOutcome(decision, in_force_annotation(decision.in_force.model_copy(update={"rolled": True})))
+        rollout = start_rollout(decision.batching, applied.batching, ips, now, decision.demand_rps, decision.reason)
+        if rollout is None:
+            return _HotOutcome(_held(decision, applied, state, "NoReadyPod", "no ready pod to reload"))
+        # Replicas follow the law at once; the batching in force changes when the canary is promoted.
+        applied = decision.in_force.model_copy(update={"batching": applied.batching})
+        state = decision.state
+        annotations |= in_force_annotation(applied)
+        await cluster.emit_event(isvc.metadata, "Normal", CANARY_STARTED, f"canary {rollout.canary}: {decision.reason}")
+    policy = RolloutPolicy(
+        slo_ms=isvc.spec.slo.latency_ms,
+        window_seconds=window,
+        min_samples=policy_for(isvc).min_samples,
+        latency_required=pods is not None,
+    )
+    model = isvc.model_name
+    loop = asyncio.get_running_loop()
+
+    def reload(ip: str, batching: Batching) -> str:
+        report = hot_apply((ip,), model, model_config_json(isvc, batching, info))
+        metrics.CONFIG_RELOADS.labels(ns, name, "hot", "failed" if report.failures else "ok").inc()
+        return report.failures.get(ip, "")
+
+    def keep(record: RolloutState) -> None:  # the record goes on the object before its reloads
+        patch = cluster.patch_annotations(isvc.metadata, {**annotations, **record.to_annotation()})
+        asyncio.run_coroutine_threadsafe(patch, loop).result()
+
+    step: RolloutStep = await asyncio.to_thread(
+        advance_rollout, rollout, lambda: observe_pods(ips, model, windows, window), reload, policy, now, keep
+    )
+    annotations |= step.state.to_annotation() if step.state is not None else {ROLLOUT_ANNOTATION: ""}
+    outcome = await _ended(isvc, cluster, decision, applied, state, rollout, step, now)
+    if outcome.changed:
+        annotations |= in_force_annotation(outcome.in_force)
+    return _HotOutcome(outcome, annotations)
+
+
+async def _ended(
+    isvc: InferenceService,
+    cluster: TunerCluster,
+    decision: Decision,
+    applied: InForce,
+    state: TunerState,
+    rollout: RolloutState,
+    step: RolloutStep,
+    now: datetime,
+) -> Decision:
+    """The decision a rollout step reports: promoted (the target in force), rejected (recorded), or a hold."""
+    if step.outcome == "promoted":
+        await cluster.emit_event(isvc.metadata, "Normal", CANARY_PROMOTED, step.message)
+        in_force = applied.model_copy(update={"batching": rollout.target, "changed_at": now, "reason": rollout.reason})
+        st = state.model_copy(update={"last_reason_code": CANARY_PROMOTED})
+        return Decision(action="change", in_force=in_force, reason=step.message, reason_code=CANARY_PROMOTED, state=st)
+    if step.outcome == "rejected":
+        await cluster.emit_event(isvc.metadata, "Warning", CANARY_REJECTED, step.message)
+        rejected = RejectedConfig(batching=rollout.target, demand_rps=rollout.demand_rps, at=now, reason=step.message)
+        kept = (*state.rejected[-9:], rejected)
+        st = state.model_copy(update={"rejected": kept, "last_reason_code": CANARY_REJECTED})
+        # changed_at moves: the law waits for a clean window of the config in force before it plans again.
+        in_force = applied.model_copy(update={"changed_at": now, "reason": step.message})
+        return Decision(action="change", in_force=in_force, reason=step.message, reason_code=CANARY_REJECTED, state=st)
+    return _held(decision, applied, state, step.code, step.message)
+
+
+def _held(decision: Decision, applied: InForce, state: TunerState, code: str, reason: str) -> Decision:
+    """A hold while a rollout is in flight: the law's change waits for it."""
+    return Decision(
+        action="hold",
+        in_force=applied,
+        reason=reason,
+        reason_code=code,
+        state=state.model_copy(update={"last_reason_code": code}),
+        demand_rps=decision.demand_rps,
+        capacity_rps=decision.capacity_rps,
+    )
 
 
 def slo_condition_moved(isvc: InferenceService, latency: LatencyStatus | float | None) -> bool:

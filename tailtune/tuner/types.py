@@ -166,6 +166,15 @@ class InForce(_Frozen):
             raise ValueError(str(exc)) from exc
 
 
+class RejectedConfig(_Frozen):
+    """A batching config a canary rejected at a load: the law does not plan it again for a while."""
+
+    batching: Batching
+    demand_rps: float | None = None
+    at: datetime
+    reason: str = ""
+
+
 class TunerState(_Frozen):
     """What the tuner remembers between decisions; kept on the InferenceService so it survives restarts.
 
@@ -184,6 +193,8 @@ class TunerState(_Frozen):
     # (window end, demand req/s) of the recent windows, for the scale-in stabilization window.
     recent_demand: tuple[tuple[datetime, float], ...] = ()
     last_reason_code: str = ""
+    # Configs a canary rejected (newest last); `law` skips them near the load they failed at.
+    rejected: tuple[RejectedConfig, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (RFC 3339 times)."""

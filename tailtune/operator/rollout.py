@@ -1,0 +1,308 @@
+"""Safe rollout of a batching change: one pod first (the canary), judged against the SLO, then promoted to
+the rest a bounded number of pods at a time, or rolled back.
+
+`decide_rollout(state, pods, policy, now) -> RolloutStep` is pure: it reads the rollout record kept on the
+object (`tailtune.io/rollout`) and what each pod shows now (readiness, the batching Triton reports live, its
+own P99 and error rate over the last window) and says which pods to reload with which config next. It is
+driven by what the pods show, not by the record alone: after an operator restart the live configs say how
+far the rollout got. `advance_rollout` runs it to a resting point with the reload and the observation
+passed in, so the operator and the real-Triton tests drive the same steps.
+
+Timeline: the canary is reloaded; one window later (the canary's own P99 then covers only the new config)
+it is judged: P99 over the SLO, worse than the other pods by the margin, more errors, a failed reload or a
+readiness drop each reject it (rolled back on that pod); otherwise the rest are reloaded, `max_unavailable`
+at a time, each batch waited for. A canary that cannot be judged within two windows is rolled back, so
+pods never stay split between configs for longer than that, restart or not.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from tailtune.api.keys import ROLLOUT_ANNOTATION
+from tailtune.api.v1alpha1 import Batching
+from tailtune.triton.config import batching_equivalent
+from tailtune.tuner.prom import PodWindow
+
+# Reason codes (Events, the tuner's last decision).
+CANARY_STARTED = "CanaryStarted"
+CANARY_WAITING = "CanaryWaiting"
+CANARY_PROMOTED = "CanaryPromoted"
+CANARY_REJECTED = "CanaryRejected"
+ROLLING_BACK = "RollingBack"
+PROMOTING = "Promoting"
+
+Stage = Literal["canary", "promoting", "rolling-back"]
+
+
+class RolloutState(BaseModel):
+    """The rollout in flight, kept on the object so a restarted or new operator resumes it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    target: Batching
+    previous: Batching
+    canary: str  # the canary pod's IP
+    stage: Stage = "canary"
+    # When the canary took the target (None: its reload is still to be done); the window counts from here.
+    since: datetime | None = None
+    started: datetime
+    demand_rps: float | None = None
+    reason: str = ""  # the law's reason for the change
+    verdict: str = ""  # why the canary was rejected (rolling back) or promoted
+
+    def to_annotation(self) -> dict[str, str]:
+        """The annotation patch that keeps this rollout."""
+        return {ROLLOUT_ANNOTATION: json.dumps(self.model_dump(mode="json"), sort_keys=True)}
+
+    @classmethod
+    def from_annotations(cls, annotations: Mapping[str, str]) -> RolloutState | None:
+        """The rollout in flight, or None (none, or a value that does not parse: nothing to resume)."""
+        raw = annotations.get(ROLLOUT_ANNOTATION)
+        if not raw:
+            return None
+        try:
+            return cls.model_validate(json.loads(raw))
+        except (ValueError, ValidationError, TypeError):
+            return None
+
+
+@dataclass(frozen=True)
+class PodObservation:
+    """One pod now: readiness, the batching Triton reports (None: unknown), its own window of latency."""
+
+    ready: bool
+    batching: Batching | None = None
+    p_ms: float | None = None
+    error_rate: float | None = None  # failed / all requests over the window
+    samples: int | None = None
+    reload_error: str = ""  # set by the driver when the reload it was told to do failed
+
+
+class PodReader(Protocol):
+    """Each Triton pod's own window, keyed by pod IP (`tailtune.tuner.prom.read_pod_windows`)."""
+
+    def read(self, at: datetime) -> Mapping[str, PodWindow]: ...
+
+
+def pod_observation(
+    ready: bool, live: Batching | None, window: PodWindow | None, window_seconds: float
+) -> PodObservation:
+    """One pod's observation from Triton's word (readiness, live batching) and its Prometheus window."""
+    w = window or PodWindow()
+    samples = None if w.success_rps is None else round(w.success_rps * window_seconds)
+    return PodObservation(ready, live, w.p_ms, w.error_rate, samples)
+
+
+@dataclass(frozen=True)
+class RolloutPolicy:
+    """How a canary is judged and how fast the rest follow."""
+
+    slo_ms: float
+    window_seconds: float
+    # The canary may be this much slower than the slowest other pod (share and absolute) before it is worse.
+    margin_share: float = 0.2
+    margin_ms: float = 2.0
+    # Error share the canary may add over the other pods.
+    error_margin: float = 0.01
+    min_samples: int = 20
+    # Pods reloaded at a time once the canary is promoted (the PodDisruptionBudget-like bound).
+    max_unavailable: int = 1
+    # False when no per-pod latency can be read: the canary is then judged on its reload and readiness.
+    latency_required: bool = True
+
+
+@dataclass(frozen=True)
+class RolloutStep:
+    """What to do next: reloads (pod IP, batching), the record to keep (None: the rollout ended), and the
+    outcome when it ended (`promoted` / `rejected`), with a reason code and message for an Event."""
+
+    reloads: tuple[tuple[str, Batching], ...]
+    state: RolloutState | None
+    code: str
+    message: str
+    outcome: Literal["", "promoted", "rejected"] = ""
+
+
+def start_rollout(
+    target: Batching,
+    previous: Batching,
+    ready_pods: tuple[str, ...],
+    now: datetime,
+    demand_rps: float | None,
+    reason: str,
+) -> RolloutState | None:
+    """A new rollout with the first ready pod (by IP) as the canary; None without a ready pod."""
+    if not ready_pods:
+        return None
+    return RolloutState(
+        target=target,
+        previous=previous,
+        canary=sorted(ready_pods)[0],
+        started=now,
+        demand_rps=demand_rps,
+        reason=reason,
+    )
+
+
+def decide_rollout(
+    state: RolloutState, pods: Mapping[str, PodObservation], policy: RolloutPolicy, now: datetime
+) -> RolloutStep:
+    """The next step of a rollout from what the pods show now. Pure. See the module docstring."""
+    if state.stage == "rolling-back":
+        return _roll_back(state, pods, state.verdict)
+    canary = pods.get(state.canary)
+    if state.stage == "promoting":
+        return _promote(state, pods, policy)
+    if canary is not None and canary.reload_error:
+        return _roll_back(state, pods, f"the canary {state.canary} refused the reload: {canary.reload_error}")
+    if canary is None or not canary.ready:
+        return _roll_back(state, pods, f"the canary {state.canary} is no longer ready")
+    on_target = canary.batching is not None and batching_equivalent(canary.batching, state.target)
+    if state.since is None:
+        if on_target:  # reloaded before a restart lost the record's update: the window starts now
+            return RolloutStep((), state.model_copy(update={"since": now}), CANARY_WAITING, "canary on the target")
+        return RolloutStep(
+            ((state.canary, state.target),), state, CANARY_STARTED, f"reloading the canary {state.canary}"
+        )
+    if canary.batching is not None and not on_target:
+        return _roll_back(state, pods, f"the canary {state.canary} no longer runs the target (restarted?)")
+    waited = (now - state.since).total_seconds()
+    if waited < policy.window_seconds:
+        left = policy.window_seconds - waited
+        return RolloutStep((), state, CANARY_WAITING, f"canary {state.canary}: {left:.0f} s of its window left")
+    verdict = judge_canary(state, pods, policy)
+    if verdict is None:
+        if waited >= 2 * policy.window_seconds:
+            return _roll_back(state, pods, f"no latency of the canary {state.canary} within two windows")
+        return RolloutStep((), state, CANARY_WAITING, f"canary {state.canary}: waiting for its latency")
+    bad, why = verdict
+    if bad:
+        return _roll_back(state, pods, why)
+    return _promote(state.model_copy(update={"stage": "promoting", "verdict": why}), pods, policy)
+
+
+def judge_canary(
+    state: RolloutState, pods: Mapping[str, PodObservation], policy: RolloutPolicy
+) -> tuple[bool, str] | None:
+    """(worse, why) for the canary after its window, or None while its latency is not known."""
+    canary = pods[state.canary]
+    if not policy.latency_required and canary.p_ms is None:
+        return False, f"canary {state.canary} reloaded and stayed ready (no per-pod latency to judge)"
+    if canary.p_ms is None or (canary.samples is not None and canary.samples < policy.min_samples):
+        return None
+    others = [p for ip, p in pods.items() if ip != state.canary and p.ready and p.p_ms is not None]
+    c_err = canary.error_rate or 0.0
+    o_err = max((p.error_rate or 0.0 for p in others), default=0.0)
+    if canary.p_ms > policy.slo_ms:
+        return True, f"canary {state.canary} P99 {canary.p_ms:.1f} ms over the SLO {policy.slo_ms:g} ms"
+    if others:
+        worst = max(p.p_ms for p in others if p.p_ms is not None)
+        bound = worst * (1 + policy.margin_share) + policy.margin_ms
+        if canary.p_ms > bound:
+            return True, (
+                f"canary {state.canary} P99 {canary.p_ms:.1f} ms worse than the other pods' {worst:.1f} ms "
+                f"(bound {bound:.1f} ms)"
+            )
+    if c_err > o_err + policy.error_margin:
+        return True, f"canary {state.canary} error rate {c_err:.2%} against {o_err:.2%} on the other pods"
+    return False, f"canary {state.canary} P99 {canary.p_ms:.1f} ms within the SLO and the other pods"
+
+
+def _promote(state: RolloutState, pods: Mapping[str, PodObservation], policy: RolloutPolicy) -> RolloutStep:
+    failed = {ip: p.reload_error for ip, p in pods.items() if p.reload_error}
+    if failed:
+        ip, err = sorted(failed.items())[0]
+        return _roll_back(state, pods, f"pod {ip} refused the reload while promoting: {err}")
+    todo = sorted(
+        ip
+        for ip, p in pods.items()
+        if p.ready and not (p.batching is not None and batching_equivalent(p.batching, state.target))
+    )
+    if not todo:
+        return RolloutStep(
+            (), None, CANARY_PROMOTED, f"{_describe(state.target)} promoted: {state.verdict}", "promoted"
+        )
+    batch = todo[: max(1, policy.max_unavailable)]
+    return RolloutStep(tuple((ip, state.target) for ip in batch), state, PROMOTING, f"promoting to {', '.join(batch)}")
+
+
+def _roll_back(state: RolloutState, pods: Mapping[str, PodObservation], why: str) -> RolloutStep:
+    back = state.model_copy(update={"stage": "rolling-back", "verdict": why})
+    todo = sorted(
+        ip
+        for ip, p in pods.items()
+        if p.ready and p.batching is not None and batching_equivalent(p.batching, state.target)
+        and not p.reload_error
+    )  # fmt: skip
+    if not todo:
+        return RolloutStep((), None, CANARY_REJECTED, f"{_describe(state.target)} rejected: {why}", "rejected")
+    return RolloutStep(tuple((ip, state.previous) for ip in todo), back, ROLLING_BACK, f"rolling back: {why}")
+
+
+def advance_rollout(
+    state: RolloutState,
+    observe: Callable[[], Mapping[str, PodObservation]],
+    reload: Callable[[str, Batching], str],
+    policy: RolloutPolicy,
+    now: datetime,
+    keep: Callable[[RolloutState], None] | None = None,
+    clock: Callable[[], datetime] | None = None,
+) -> RolloutStep:
+    """Run `decide_rollout` until it waits or ends: each reload (`reload(ip, batching)` returns "" or the
+    error) is followed by a fresh `observe()`. `keep` is called with each record before its reloads, so a
+    restart resumes from the last one. The canary's window starts when its reload ended (`clock()`, else
+    `now`): the reload's own stall is not the config's latency. No I/O of its own."""
+    step = decide_rollout(state, observe(), policy, now)
+    for _ in range(64):  # bounded: every pass reloads a pod or ends
+        if not step.reloads or step.state is None:
+            return step
+        if keep is not None:
+            keep(step.state)
+        errors = {ip: err for ip, batching in step.reloads if (err := reload(ip, batching))}
+        pods = dict(observe())
+        for ip, err in errors.items():
+            if ip in pods:
+                pods[ip] = _with_error(pods[ip], err)
+        current = step.state
+        if current.stage == "canary" and current.since is None and not errors:
+            current = current.model_copy(update={"since": clock() if clock is not None else now})
+        if current.stage == "rolling-back" and errors:
+            # A rollback Triton refuses leaves the old model serving on that pod only if it never took the
+            # target; otherwise the pod is restarted by the caller (reconcile rolls it). End the rollout here.
+            return RolloutStep(
+                (), None, CANARY_REJECTED, f"{current.verdict}; rollback failed on {sorted(errors)}", "rejected"
+            )
+        step = decide_rollout(current, pods, policy, now)
+    return step
+
+
+def _with_error(p: PodObservation, err: str) -> PodObservation:
+    return PodObservation(p.ready, p.batching, p.p_ms, p.error_rate, p.samples, err)
+
+
+def _describe(b: Batching) -> str:
+    return f"max batch {b.max_batch_size}, delay {b.max_queue_delay_microseconds} us"
+
+
+def reload_fits(engine_bytes: int | None, used_bytes: float | None, total_bytes: float | None) -> bool | None:
+    """Whether the GPU has room for a second copy of the engine during a reload; None when unknown.
+
+    Without the engine's size, the memory used now (engine, context, activations) stands in for it: a
+    reload needs at most that much again.
+    """
+    if used_bytes is None or total_bytes is None or total_bytes <= 0:
+        return None
+    need = float(engine_bytes) if engine_bytes else used_bytes
+    return total_bytes - used_bytes >= need * 1.1  # 10 % for activations and the allocator
+
+
+def rollout_window(window_seconds: float) -> timedelta:
+    """The canary's window: the SLO window, at least Triton's 60 s latency summary."""
+    return timedelta(seconds=max(window_seconds, 60.0))
