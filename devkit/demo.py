@@ -441,7 +441,10 @@ class Demo:
                     live.update(self.table(tick, client.p99_ms, buckets.completed(now - 5, now) / 5, t))
                 elif now % 10 == 0:
                     self.console.print(
-                        _plain_line(tick, client.p99_ms, buckets.completed(now - 5, now) / 5, self.slo_ms)
+                        _plain_line(tick, client.p99_ms, buckets.completed(now - 5, now) / 5, self.slo_ms),
+                        markup=False,
+                        highlight=False,
+                        soft_wrap=True,
                     )
         return ticks, decisions, load
 
@@ -623,11 +626,16 @@ def _num(v: float | None) -> str:
 
 
 def _plain_line(tick: Tick, client_p99: float | None, client_rps: float, slo_ms: float) -> str:
-    return (
-        f"t={tick.t:5.0f}s offered={tick.offered_rps:g} served={client_rps:.0f} P99(client)={_ms(client_p99)} "
-        f"SLO={slo_ms:g} ms P99(prom)={_ms(tick.prom_p99_ms)} batch={tick.max_batch} delay={tick.delay_us}us "
-        f"replicas={tick.replicas_ready}/{tick.replicas_desired} tuner={tick.tuner} {tick.phase}"
+    """The live view without a terminal: wrapped at TABLE_WIDTH, numbers kept with their units."""
+    line = (
+        f"t={tick.t:.0f} s: offered {tick.offered_rps:g} req/s, served {client_rps:.0f} req/s; P99 client "
+        f"{_ms(client_p99)} (Prometheus {_ms(tick.prom_p99_ms)}) vs SLO {slo_ms:g} ms; batch {tick.max_batch}, "
+        f"delay {tick.delay_us} us, replicas {tick.replicas_ready}/{tick.replicas_desired}; tuner {tick.tuner or '-'}; "
+        f"{tick.phase}"
     )
+    first, *rest = _wrap(line, TABLE_WIDTH).splitlines()
+    more = _wrap(" ".join(rest), TABLE_WIDTH - 2).splitlines() if rest else []
+    return "\n".join([first, *(f"  {m}" for m in more)])
 
 
 @contextlib.contextmanager

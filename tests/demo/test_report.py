@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from devkit.demo import _wrap, live_table
+from devkit.demo import _plain_line, _wrap, live_table
 from devkit.load import Samples, window_stats
 from devkit.report import (
     Decision,
@@ -215,3 +215,12 @@ def test_the_report_png_has_a_legend_for_every_line_and_marker(tmp_path: Path) -
     assert "t = 0 is 25 s after the command" in axes[-1].get_xlabel()
     assert lat.get_xlim()[0] == 0
     real_close(fig)
+
+
+def test_plain_progress_lines_fit_80_columns() -> None:
+    text = _plain_line(_tick(), 41.04, 32.0, 150)
+    lines = text.splitlines()
+    assert len(lines) > 1 and all(len(line) <= 80 for line in lines), text
+    assert "P99 client 41.0 ms" in text.replace("\n  ", " ")
+    for line in lines[1:]:
+        assert line.startswith("  ") and not re.match(r"\s*(ms|us|req/s)\b", line), text
