@@ -204,6 +204,7 @@ def build_crd() -> JSON:
                             "description": "InferenceService serves one model on Triton under a latency SLO.",
                             "type": "object",
                             "required": ["spec"],
+                            "x-kubernetes-validations": [{"rule": r, "message": m} for r, m, _ in api.ROOT_CEL],
                             "properties": {
                                 "apiVersion": {"type": "string", "description": "API version."},
                                 "kind": {"type": "string", "description": "Kind."},

@@ -23,6 +23,18 @@ SINGULAR = "inferenceservice"
 SHORT_NAMES = ("tis",)
 CATEGORIES = ("tailtune",)
 
+# CEL at the schema's root, the one place that may read metadata.name: the name becomes the Service's name and
+# the `app.kubernetes.io/instance` label of every child, so it must be a DNS-1035 label (the operator checks
+# the same in `operator.spec_checks`, for objects admitted before this rule).
+ROOT_CEL: tuple[tuple[str, str, str | None], ...] = (
+    (
+        "self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+        "metadata.name must be a DNS-1035 label: at most 63 characters, lower-case letters, digits and '-', "
+        "starting with a letter (it names the Service and the app.kubernetes.io/instance label)",
+        None,
+    ),
+)
+
 DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:25.01-py3"
 DEFAULT_BUILDER_IMAGE = "ghcr.io/tailtune/engine-builder:0.1.0-trt25.01"
 

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 # Drift repair (forced re-apply of every child); child events and the tuner cover the quick paths.
 RESYNC_SECONDS = 300.0
 CHILD_LABELS = {MANAGED_BY_LABEL: MANAGED_BY}
+RETRY_MAX_SECONDS = 300.0
 
 
 class State:
@@ -49,9 +51,15 @@ def _state(memo: Any) -> State:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
-    """Progress and diff-base in annotations under our prefix, so `status` stays ours alone."""
+    """Progress and diff-base in annotations under our prefix, so `status` stays ours alone.
+
+    The diff base holds the spec only: kopf's default copies the user's annotations too, and a large one
+    (150 kB) doubled past the API server's 256 kB limit leaves the object unpatchable and undeletable.
+    """
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=PREFIX, key=LAST_HANDLED_KEY)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=PREFIX, key=LAST_HANDLED_KEY, ignored_fields=["metadata"]
+    )
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.batching.error_delays = [1, 2, 5, 10, 30, 60]
@@ -63,14 +71,26 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
 
 
 async def run_reconcile(
-    memo: Any, namespace: str, name: str, *, body: dict[str, Any] | None = None, force: bool = False
+    memo: Any,
+    namespace: str,
+    name: str,
+    *,
+    body: dict[str, Any] | None = None,
+    force: bool = False,
+    force_if: Callable[[], bool] | None = None,
 ) -> None:
-    """Reconcile one InferenceService under its lock (from `body`, else a fresh read) and record metrics."""
+    """Reconcile one InferenceService under its lock (from `body`, else a fresh read) and record metrics.
+
+    `force_if` is asked under the lock, after any reconcile in flight has recorded what it applied.
+    """
     state = _state(memo)
     async with state.locks[(namespace, name)]:
         raw = body if body is not None else await state.cluster.read_isvc(namespace, name)
         if raw is None or raw.get("metadata", {}).get("deletionTimestamp"):
             return
+        if force_if is not None and force_if():
+            log.info("%s/%s: a child was changed by someone else: re-applying", namespace, name)
+            force = True
         with metrics.RECONCILE_DURATION.time():
             try:
                 outcome = await reconcile(raw, state.cluster, datetime.now(UTC), force=force)
@@ -103,12 +123,17 @@ async def on_delete(namespace: str | None, name: str, **_: Any) -> None:
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
-async def on_change(namespace: str | None, name: str, body: kopf.Body, memo: Any, **_: Any) -> None:
-    """Any change of the object: reconcile from the body the watch just delivered."""
+async def on_change(namespace: str | None, name: str, body: kopf.Body, memo: Any, retry: int, **_: Any) -> None:
+    """Any change of the object: reconcile from the body the watch just delivered.
+
+    A child the API server refuses is status, not an error (reconcile reports it); other API errors are
+    retried with a doubling delay (10 s, 20 s ... 5 min), not every 10 s forever.
+    """
     try:
         await run_reconcile(memo, namespace or "default", name, body=dict(body))
     except ApiException as exc:
-        raise kopf.TemporaryError(f"API server: {exc.status} {exc.reason}", delay=10) from exc
+        delay = min(RETRY_MAX_SECONDS, 10.0 * 2**retry)
+        raise kopf.TemporaryError(f"{namespace}/{name}: API server: {exc.status} {exc.reason}", delay=delay) from exc
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS, sharp=False)
@@ -122,17 +147,30 @@ async def resync(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
 
 @kopf.on.event("batch", "v1", "jobs", labels=CHILD_LABELS)
 @kopf.on.event("apps", "v1", "deployments", labels=CHILD_LABELS)
-async def child_changed(body: kopf.Body, memo: Any, **_: Any) -> None:
-    """A child moved (Job finished, pods became ready): reconcile each InferenceService that owns it."""
-    namespace = body.metadata.namespace
+@kopf.on.event("", "v1", "configmaps", labels=CHILD_LABELS)
+@kopf.on.event("", "v1", "services", labels=CHILD_LABELS)
+async def child_changed(body: kopf.Body, type: str | None, memo: Any, logger: kopf.Logger, **_: Any) -> None:
+    """A child moved (Job finished, pods became ready, a hand edit): reconcile each InferenceService owning it.
+
+    A child that someone else changed or deleted (`kubectl scale`, an edited ConfigMap) is re-applied at
+    once, not at the next resync.
+    """
+    namespace = body.metadata.namespace or "default"
+    kind, meta = str(body.get("kind", "")), dict(body.metadata)
+    cluster = _state(memo).cluster
     owners = [
         ref["name"]
         for ref in body.metadata.get("ownerReferences", [])
         if ref.get("kind") == KIND and ref.get("apiVersion", "").startswith(GROUP + "/")
     ]
     for name in owners:
+        logger.debug("%s %s/%s changed (%s): reconcile %s/%s", kind, namespace, meta.get("name"), type, namespace, name)
+
+        def drifted() -> bool:
+            return kind != "Job" and (type == "DELETED" or cluster.drifted(kind, meta))
+
         try:
-            await run_reconcile(memo, namespace or "default", name)
+            await run_reconcile(memo, namespace, name, force_if=drifted)
         except ApiException as exc:
             log.warning("reconcile %s/%s after child event: %s %s", namespace, name, exc.status, exc.reason)
 

@@ -20,9 +20,9 @@ from tailtune.api.keys import DESIRED_HASH_ANNOTATION, JOB_NAME_LABEL
 from tailtune.api.v1alpha1 import LatencyStatus, ObjectMeta
 from tailtune.operator.builders.common import Manifest, deployment_name, selector
 from tailtune.operator.builders.triton import COMPONENT
-from tailtune.operator.observed import DeploymentObservation, JobObservation, Observed
+from tailtune.operator.observed import ChildRejected, DeploymentObservation, JobObservation, Observed
 
-__all__ = ["ApiException", "KubeCluster", "load_config"]
+__all__ = ["ApiException", "ChildRejected", "KubeCluster", "load_config"]
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +59,26 @@ def _not_found(exc: ApiException) -> bool:
     return getattr(exc, "status", None) == 404
 
 
+def _rejection(manifest: Manifest, exc: ApiException) -> ChildRejected:
+    """The server's own words: its message and the fields its causes name."""
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    message = str(body.get("message") or exc.reason or exc.status)
+    causes = (body.get("details") or {}).get("causes") or []
+    fields = tuple(dict.fromkeys(str(c["field"]) for c in causes if c.get("field")))
+    return ChildRejected(manifest["kind"], manifest["metadata"]["name"], message, fields)
+
+
 class KubeCluster:
     """Typed reads and server-side-apply writes for one InferenceService's world."""
 
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
+        # What our last apply of each child left (Deployment: generation; others: resourceVersion): a child
+        # event that shows anything else is someone else's edit (drift), repaired at once.
+        self.applied_versions: dict[tuple[str, str, str], str] = {}
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
         self.batch = client.BatchV1Api(api)
@@ -152,11 +167,24 @@ class KubeCluster:
 
     # ---- writes ------------------------------------------------------------------------------------
     async def apply(self, manifest: Manifest) -> None:
-        """Server-side apply of one child under our field manager."""
+        """Server-side apply of one child under our field manager; `ChildRejected` when the server refuses it."""
         query = {"fieldManager": FIELD_MANAGER, "force": "true"}
-        await asyncio.to_thread(
-            self._call, _path(manifest), "PATCH", json.dumps(manifest), query, "application/apply-patch+yaml"
-        )
+        try:
+            live = await asyncio.to_thread(
+                self._call, _path(manifest), "PATCH", json.dumps(manifest), query, "application/apply-patch+yaml"
+            )
+        except ApiException as exc:
+            if exc.status in (400, 422):
+                raise _rejection(manifest, exc) from exc
+            raise
+        meta = (live or {}).get("metadata", {})
+        key = _child_key(manifest["kind"], meta.get("namespace", ""), meta.get("name", ""))
+        self.applied_versions[key] = _version(manifest["kind"], meta)
+
+    def drifted(self, kind: str, meta: dict[str, Any]) -> bool:
+        """Whether a child's event shows a state our last apply did not leave (unknown children: no)."""
+        ours = self.applied_versions.get(_child_key(kind, meta.get("namespace", ""), meta.get("name", "")))
+        return ours is not None and ours != _version(kind, meta)
 
     async def write_status(self, meta: ObjectMeta, status: InferenceServiceStatus) -> None:
         """Replace status through the status subresource (one write per reconcile)."""
@@ -211,6 +239,15 @@ class KubeCluster:
         if not 200 <= response.status <= 299:
             raise ApiException(http_resp=response)
         return json.loads(response.data) if response.data else None
+
+
+def _child_key(kind: str, namespace: str, name: str) -> tuple[str, str, str]:
+    return (kind, namespace, name)
+
+
+def _version(kind: str, meta: dict[str, Any]) -> str:
+    # A Deployment's status moves all the time (new resourceVersion); its generation moves only with its spec.
+    return str(meta.get("generation", "")) if kind == "Deployment" else str(meta.get("resourceVersion", ""))
 
 
 def _termination_message(pod: Any) -> str:

@@ -47,3 +47,11 @@ class Observed:
 
     job: JobObservation | None = None
     deployment: DeploymentObservation | None = None
+
+
+class ChildRejected(Exception):
+    """The API server refused a child as invalid (400/422): only a change of the spec can fix it."""
+
+    def __init__(self, kind: str, name: str, message: str, fields: tuple[str, ...] = ()) -> None:
+        super().__init__(f"{kind} {name}: {message}")
+        self.kind, self.name, self.message, self.fields = kind, name, message, fields

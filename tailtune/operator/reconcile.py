@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -31,8 +31,8 @@ from tailtune.operator.engine import engine_cache_key, engine_info, engine_statu
 from tailtune.operator.inforce import in_force as config_in_force
 from tailtune.operator.inforce import tuner_state
 from tailtune.operator.modelconfig import EngineIOUnknown, model_config_pbtxt
-from tailtune.operator.observed import EngineInfo, Observed
-from tailtune.operator.spec_checks import check_spec, describe_validation_error
+from tailtune.operator.observed import ChildRejected, EngineInfo, JobObservation, Observed
+from tailtune.operator.spec_checks import check_spec, describe_rejection, describe_validation_error
 from tailtune.triton.config import ConfigError
 from tailtune.tuner.types import InForce
 
@@ -45,7 +45,7 @@ class ClusterPort(Protocol):
     async def observe(
         self, isvc: InferenceService, job_name: str, *, job_report: bool = True, pod_ips: bool = False
     ) -> Observed: ...
-    async def apply(self, manifest: Manifest) -> None: ...
+    async def apply(self, manifest: Manifest) -> None: ...  # raises ChildRejected when the server refuses it
     async def write_status(self, meta: ObjectMeta, status: InferenceServiceStatus) -> None: ...
     async def emit_event(self, meta: ObjectMeta, type_: str, reason: str, message: str) -> None: ...
 
@@ -94,7 +94,8 @@ def desired_state(isvc: InferenceService, observed: Observed) -> Desired:
             config_digest=config_hash(rolling_basis),
         )
         digest = serving_digest([configmap, deployment(), service])
-        objects += [configmap, deployment(desired_hash=digest), service]
+        # The Deployment carries the digest and goes last: a digest on it means every serving object applied.
+        objects += [configmap, service, deployment(desired_hash=digest)]
         return Desired(objects, cache_key, applied, info, serving_hash=digest)
     return Desired(objects=objects, cache_key=cache_key, applied=applied, engine_info=info)
 
@@ -115,6 +116,17 @@ def transitions(old: list[Condition], new: list[Condition]) -> list[Condition]:
     """Conditions whose status or reason changed: each becomes an Event."""
     before = {c.type: (c.status, c.reason) for c in old}
     return [c for c in new if before.get(c.type) != (c.status, c.reason)]
+
+
+def _one_event_each(moved: tuple[Condition, ...]) -> list[Condition]:
+    """One Event per transition: Ready mirrors the component that holds it back (told once, by that component),
+    serving waiting for the engine is the engine's story, and an Unknown (no data yet) is not news."""
+    told = {c.reason for c in moved if c.type != st.READY}
+    return [
+        c
+        for c in moved
+        if (c.type != st.READY or c.reason not in told) and c.reason != st.WAITING_FOR_ENGINE and c.status != "Unknown"
+    ]
 
 
 def _lenient_status(raw: dict[str, Any]) -> InferenceServiceStatus:
@@ -153,11 +165,21 @@ async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime, *,
     observed = await cluster.observe(isvc, key, job_report=not io_known(isvc, key))
     desired = desired_state(isvc, observed)
     dep = observed.deployment
-    unchanged = dep is not None and desired.serving_hash and dep.desired_hash == desired.serving_hash
-    for obj in desired.objects:
-        if obj["kind"] != "Job" and unchanged and not force:
-            continue
-        await cluster.apply(obj)
+    unchanged = (
+        dep is not None
+        and bool(desired.serving_hash)
+        and dep.desired_hash == desired.serving_hash
+        and dep.replicas == desired.applied.replicas  # a `kubectl scale` leaves the digest as it was
+    )
+    rejected = await _apply_children(isvc, desired.objects, cluster, skip_serving=unchanged and not force)
+    engine_rejected = rejected if rejected and rejected[0] == "Job" else None
+    serving_rejected = rejected if rejected and rejected[0] != "Job" else None
+    if observed.job is None and engine_rejected is None:
+        # Created just now: say so, not "not created yet" in the same breath.
+        observed = replace(observed, job=JobObservation())
+    serving_problem = desired.serving_problem or (
+        (st.CHILD_REJECTED, serving_rejected[1]) if serving_rejected else None
+    )
 
     store = isvc.spec.engine.store.pvc
     status = st.compute_status(
@@ -170,11 +192,32 @@ async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime, *,
         service_time=service_time_status(
             desired.cache_key, desired.engine_info, isvc.status.service_time, now, live=tuner_state(isvc).live
         ),
-        serving_problem=desired.serving_problem,
+        serving_problem=serving_problem,
+        engine_rejected=engine_rejected[1] if engine_rejected else None,
+        service_exists=bool(desired.serving_hash) and serving_problem is None,
         now=now,
     )
     moved = await _write_if_changed(isvc, status, cluster)
     return Outcome(isvc, status, moved)
+
+
+async def _apply_children(
+    isvc: InferenceService, objects: list[Manifest], cluster: ClusterPort, *, skip_serving: bool
+) -> tuple[str, str] | None:
+    """Apply in order and stop at the first child the API server refuses: (its kind, what to fix), else None.
+
+    A refusal is not retried here: the status says what to change, and a spec change (or the resync) retries.
+    """
+    for obj in objects:
+        if obj["kind"] != "Job" and skip_serving:
+            continue
+        try:
+            await cluster.apply(obj)
+        except ChildRejected as exc:
+            meta = isvc.metadata
+            log.warning("%s/%s: %s %s refused: %s", meta.namespace, meta.name, exc.kind, exc.name, exc.message)
+            return exc.kind, describe_rejection(isvc, exc.kind, exc.name, exc.message, exc.fields)
+    return None
 
 
 async def _write_if_changed(
@@ -184,7 +227,7 @@ async def _write_if_changed(
         return ()
     await cluster.write_status(isvc.metadata, status)
     moved = tuple(transitions(isvc.status.conditions, status.conditions))
-    for c in moved:
+    for c in _one_event_each(moved):
         kind = "Normal" if c.status == "True" or c.type == st.SLO_MET else "Warning"
         await cluster.emit_event(isvc.metadata, kind, c.reason or c.type, f"{c.type}={c.status}: {c.message}")
     return moved

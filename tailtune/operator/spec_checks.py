@@ -15,6 +15,20 @@ from tailtune.api.v1alpha1 import InferenceService
 
 _QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$")
 _QUERY_FIELDS = {"namespace", "name", "model", "window"}
+# The Service is named after the object and `app.kubernetes.io/instance` carries the name: a DNS-1035 label.
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+NAME_MAX = 63
+# Where a field the API server names on a child comes from in the spec (first match wins).
+_CHILD_FIELDS: tuple[tuple[str, str], ...] = (
+    ("nodeSelector", "spec.serving.nodeSelector"),
+    ("tolerations", "spec.serving.tolerations"),
+    ("affinity", "spec.serving.affinity"),
+    ("resources", "spec.serving.resources"),
+    ("annotations", "{pod_annotations}"),
+    ("metadata.labels", "metadata.name (its length)"),
+    ("metadata.name", "metadata.name"),
+    ("image", "{image}"),
+)
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -28,10 +42,34 @@ def describe_validation_error(exc: ValidationError) -> str:
 
 def check_spec(isvc: InferenceService) -> str | None:
     """The first rule the spec breaks, as 'field: problem; fix', or None."""
-    for check in (_gpu_selector, _gpu_in_resources, _quantities, _latency_query, _pvc_uri):
+    for check in (_object_name, _gpu_selector, _gpu_in_resources, _quantities, _latency_query, _pvc_uri):
         problem = check(isvc)
         if problem:
             return problem
+    return None
+
+
+def describe_rejection(isvc: InferenceService, kind: str, name: str, message: str, fields: tuple[str, ...]) -> str:
+    """A child the API server refused, as 'kind name: server's words; fix field': the spec field it comes from."""
+    job = kind == "Job"
+    values = {
+        "pod_annotations": "spec.engine.podAnnotations" if job else "spec.serving.podAnnotations",
+        "image": "spec.engine.builderImage" if job else "spec.serving.tritonImage",
+    }
+    named = " ".join(fields) or message
+    source = next((spec.format(**values) for needle, spec in _CHILD_FIELDS if needle in named), None)
+    fix = f"; fix {source}" if source else "; fix the spec field it names"
+    return f"the API server refused {kind} {name}: {message}{fix}"
+
+
+def _object_name(isvc: InferenceService) -> str | None:
+    name = isvc.metadata.name
+    if len(name) > NAME_MAX or not _DNS_1035.match(name):
+        return (
+            f"metadata.name {name!r} cannot name the Service and the instance label: it must be a DNS-1035 label "
+            f"(at most {NAME_MAX} characters: lower-case letters, digits and '-', starting with a letter); "
+            "recreate the object under such a name"
+        )
     return None
 
 

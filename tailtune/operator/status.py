@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from tailtune.api.keys import GRPC_PORT, HTTP_PORT
@@ -44,6 +45,48 @@ QUERY_AMBIGUOUS = "QueryAmbiguous"
 NO_TRAFFIC = "NoTraffic"
 SLO_INFEASIBLE = "SLOInfeasible"
 ALL_READY = "AllComponentsReady"
+CHILD_REJECTED = "ChildRejected"
+
+_MISSING_PVC = re.compile(r'persistentvolumeclaim "([^"]+)" not found', re.IGNORECASE)
+_UNBOUND_PVC = re.compile(r"unbound (immediate )?PersistentVolumeClaims", re.IGNORECASE)
+
+
+def scheduler_detail(message: str) -> str:
+    """The scheduler's message with repeated sentences and its preemption postscript dropped."""
+    sentences: list[str] = []
+    for part in re.split(r"\.\s+", message.split(" preemption:")[0].strip().rstrip(".")):
+        part = part.strip()
+        if part and part not in sentences and not any(part in s for s in sentences):
+            sentences.append(part)
+    return ". ".join(sentences)
+
+
+def unschedulable_cause(isvc: InferenceService, message: str, pod: str) -> str:
+    """Why a pod cannot be placed, named by its real cause (a missing claim is not a missing GPU), with the fix."""
+    ns, product = isvc.metadata.namespace, isvc.spec.serving.gpu.product
+    detail = scheduler_detail(message)
+    missing = _MISSING_PVC.search(message)
+    if missing:
+        claim = missing.group(1)
+        field = "spec.engine.store.pvc" if claim == isvc.spec.engine.store.pvc else "spec.model.uri"
+        cause = (
+            f"PersistentVolumeClaim {claim!r} ({field}) does not exist in namespace {ns}: create it "
+            f"(the chart's engineStore values) or set {field} to an existing claim"
+        )
+    elif _UNBOUND_PVC.search(message):
+        cause = f"a PersistentVolumeClaim of the {pod} is not bound to a volume"
+    elif "Insufficient nvidia.com/gpu" in message:
+        cause = f"every node with nvidia.com/gpu.product={product} has all its GPUs taken"
+    elif "untolerated taint" in message:
+        cause = f"the nodes have taints the {pod} does not tolerate (spec.serving.tolerations)"
+    elif "node affinity/selector" in message or "node(s) didn't match" in message:
+        cause = (
+            f"no node with nvidia.com/gpu.product={product} matches "
+            "(spec.serving.gpu.product, spec.serving.nodeSelector, spec.serving.affinity)"
+        )
+    else:
+        cause = f"no node can take the {pod} (it needs nvidia.com/gpu.product={product})"
+    return f"{cause}; scheduler: {detail}" if detail else cause
 
 
 def _cond(type_: str, ok: bool | None, reason: str, message: str) -> Condition:
@@ -51,8 +94,10 @@ def _cond(type_: str, ok: bool | None, reason: str, message: str) -> Condition:
     return Condition(type=type_, status=status, reason=reason, message=message)
 
 
-def compute_engine_condition(isvc: InferenceService, observed: Observed) -> Condition:
-    """EngineReady from the build Job."""
+def compute_engine_condition(isvc: InferenceService, observed: Observed, rejected: str | None = None) -> Condition:
+    """EngineReady from the build Job (or the API server's refusal of it)."""
+    if rejected is not None:
+        return _cond(ENGINE_READY, False, CHILD_REJECTED, rejected)
     job = observed.job
     if job is None:
         return _cond(ENGINE_READY, False, ENGINE_BUILD_PENDING, "engine build Job not created yet")
@@ -62,8 +107,7 @@ def compute_engine_condition(isvc: InferenceService, observed: Observed) -> Cond
         detail = job.message.strip() or "the build Job failed without a termination message"
         return _cond(ENGINE_READY, False, ENGINE_BUILD_FAILED, f"engine build failed: {detail}")
     if job.unschedulable:
-        product = isvc.spec.serving.gpu.product
-        message = f"no node with nvidia.com/gpu.product={product} can take the build pod: {job.unschedulable}"
+        message = f"build pod cannot be scheduled: {unschedulable_cause(isvc, job.unschedulable, 'build pod')}"
         return _cond(ENGINE_READY, False, ENGINE_BUILD_UNSCHEDULABLE, message)
     return _cond(ENGINE_READY, False, ENGINE_BUILD_RUNNING, "engine build Job is running")
 
@@ -83,13 +127,8 @@ def compute_serving_condition(
     if dep.ready_replicas > 0:
         return _cond(SERVING_READY, True, SERVING_AVAILABLE, counts)
     if dep.unschedulable:
-        product = isvc.spec.serving.gpu.product
-        return _cond(
-            SERVING_READY,
-            False,
-            UNSCHEDULABLE,
-            f"{counts}; pods cannot be scheduled on a node with nvidia.com/gpu.product={product}: {dep.unschedulable}",
-        )
+        cause = unschedulable_cause(isvc, dep.unschedulable, "Triton pod")
+        return _cond(SERVING_READY, False, UNSCHEDULABLE, f"{counts}; pods cannot be scheduled: {cause}")
     detail = f"; {dep.not_ready_reason}" if dep.not_ready_reason else "; waiting for model load and warmup"
     return _cond(SERVING_READY, False, PODS_NOT_READY, counts + detail)
 
@@ -161,9 +200,14 @@ def compute_status(
     now: datetime,
     service_time: ServiceTimeStatus | None = None,
     serving_problem: tuple[str, str] | None = None,
+    engine_rejected: str | None = None,
+    service_exists: bool = False,
 ) -> InferenceServiceStatus:
-    """The whole status for one reconcile, written once by the caller."""
-    engine = compute_engine_condition(isvc, observed)
+    """The whole status for one reconcile, written once by the caller.
+
+    Endpoints are named only when the Service exists (`service_exists`: its apply went through).
+    """
+    engine = compute_engine_condition(isvc, observed, engine_rejected)
     serving = compute_serving_condition(isvc, observed, engine.status == "True", serving_problem)
     slo = compute_slo_condition(isvc, latency)
     ready = compute_ready_condition(engine, serving)
@@ -175,7 +219,11 @@ def compute_status(
         observed_generation=generation,
         conditions=conditions,
         engine=engine_info,
-        endpoints=Endpoints(http=f"http://{svc}.{ns}.svc:{HTTP_PORT}", grpc=f"{svc}.{ns}.svc:{GRPC_PORT}"),
+        endpoints=(
+            Endpoints(http=f"http://{svc}.{ns}.svc:{HTTP_PORT}", grpc=f"{svc}.{ns}.svc:{GRPC_PORT}")
+            if service_exists
+            else Endpoints()
+        ),
         replicas=ReplicaStatus(desired=desired_replicas, ready=dep.ready_replicas if dep else 0),
         batching=batching,
         latency=latency,

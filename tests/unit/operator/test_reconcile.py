@@ -8,7 +8,7 @@ from typing import Any
 
 from tailtune.api.v1alpha1 import InferenceService, InferenceServiceStatus, ObjectMeta
 from tailtune.operator.builders.common import Manifest
-from tailtune.operator.observed import DeploymentObservation, JobObservation, Observed
+from tailtune.operator.observed import ChildRejected, DeploymentObservation, JobObservation, Observed
 from tailtune.operator.reconcile import reconcile
 from tests.unit.factories import make_isvc
 
@@ -18,8 +18,9 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 class RecordingCluster:
     """Serves a fixed observation and records every write."""
 
-    def __init__(self, observed: Observed) -> None:
+    def __init__(self, observed: Observed, refuse: dict[str, ChildRejected] | None = None) -> None:
         self.observed = observed
+        self.refuse = refuse or {}  # kind -> what the API server says
         self.applied: list[Manifest] = []
         self.statuses: list[InferenceServiceStatus] = []
         self.events: list[tuple[str, str]] = []
@@ -30,6 +31,8 @@ class RecordingCluster:
         return self.observed
 
     async def apply(self, manifest: Manifest) -> None:
+        if manifest["kind"] in self.refuse:
+            raise self.refuse[manifest["kind"]]
         self.applied.append(manifest)
 
     async def write_status(self, meta: ObjectMeta, status: InferenceServiceStatus) -> None:
@@ -78,8 +81,13 @@ def test_first_reconcile_applies_the_build_job() -> None:
     _run(make_isvc().dict(), cluster)
     assert [m["kind"] for m in cluster.applied] == ["Job"]
     status = cluster.statuses[0]
-    assert _cond(status, "EngineReady") == ("False", "EngineBuildPending")
+    # Created in this very reconcile: the status says the build runs, never "not created yet".
+    assert _cond(status, "EngineReady") == ("False", "EngineBuildRunning")
+    assert all("not created yet" not in c.message for c in status.conditions)
     assert status.engine.cache_key == cluster.applied[0]["metadata"]["name"]
+    # One Event for the move, not a second one from Ready mirroring EngineReady.
+    assert cluster.events.count(("Warning", "EngineBuildRunning")) == 1
+    assert status.endpoints.http is None  # no Service yet: no endpoint named
 
 
 def test_built_engine_and_ready_pods_make_ready_and_steady_state_writes_nothing() -> None:
@@ -90,7 +98,7 @@ def test_built_engine_and_ready_pods_make_ready_and_steady_state_writes_nothing(
     cluster = RecordingCluster(observed)
     raw = make_isvc().dict()
     _run(raw, cluster)
-    assert [m["kind"] for m in cluster.applied] == ["ConfigMap", "Deployment", "Service"]
+    assert [m["kind"] for m in cluster.applied] == ["ConfigMap", "Service", "Deployment"]
     status = cluster.statuses[-1]
     assert _cond(status, "Ready") == ("True", "AllComponentsReady")
     assert status.replicas.ready == 1 and status.batching.max_batch_size == 8
@@ -124,7 +132,51 @@ def test_unchanged_serving_objects_are_not_reapplied_unless_forced() -> None:
     assert steady.applied == []
     forced = RecordingCluster(live)
     asyncio.run(reconcile(make_isvc().dict(), forced, NOW, force=True))
-    assert [m["kind"] for m in forced.applied] == ["ConfigMap", "Deployment", "Service"]
+    assert [m["kind"] for m in forced.applied] == ["ConfigMap", "Service", "Deployment"]
     changed = RecordingCluster(live)
     _run(make_isvc().set("spec.serving.replicas", {"min": 2, "max": 2}).dict(), changed)
-    assert [m["kind"] for m in changed.applied] == ["ConfigMap", "Deployment", "Service"]
+    assert [m["kind"] for m in changed.applied] == ["ConfigMap", "Service", "Deployment"]
+
+
+ANNOTATION_422 = (
+    'Job.batch "eng-1" is invalid: spec.template.annotations: Invalid value: "bad key!": name part must ...'
+)
+
+
+def test_refused_job_is_status_and_one_event_not_a_retry_loop() -> None:
+    refused = ChildRejected("Job", "eng-1", ANNOTATION_422, ("spec.template.annotations",))
+    cluster = RecordingCluster(Observed(), refuse={"Job": refused})
+    raw = make_isvc().set("spec.engine.podAnnotations", {"bad key!": "x"}).dict()
+    _run(raw, cluster)  # never raises: a refusal is the spec's problem, not a transient error
+    status = cluster.statuses[0]
+    assert _cond(status, "EngineReady") == _cond(status, "Ready") == ("False", "ChildRejected")
+    message = next(c.message for c in status.conditions if c.type == "EngineReady")
+    assert "Job eng-1" in message and "spec.template.annotations" in message
+    assert "fix spec.engine.podAnnotations" in message
+    assert cluster.events == [("Warning", "ChildRejected")]  # once, not again as Ready=False
+    _run(_with_status(raw, status), cluster)
+    assert len(cluster.statuses) == 1 and len(cluster.events) == 1  # same refusal: nothing new to say
+
+
+def test_refused_service_stops_before_the_deployment_and_names_no_endpoint() -> None:
+    refused = ChildRejected("Service", "res.net", 'Service "res.net" is invalid: metadata.name: Invalid value')
+    cluster = RecordingCluster(Observed(job=JobObservation(succeeded=True)), refuse={"Service": refused})
+    _run(make_isvc().dict(), cluster)
+    assert [m["kind"] for m in cluster.applied] == ["ConfigMap"]  # the Deployment (with the digest) never went
+    status = cluster.statuses[0]
+    assert _cond(status, "ServingReady") == _cond(status, "Ready") == ("False", "ChildRejected")
+    assert status.endpoints.http is None
+
+
+def test_scaled_deployment_is_reapplied() -> None:
+    first = RecordingCluster(Observed(job=JobObservation(succeeded=True)))
+    _run(make_isvc().dict(), first)
+    digest = first.applied[-1]["metadata"]["annotations"]["tailtune.io/desired-hash"]
+    scaled = Observed(
+        job=JobObservation(succeeded=True),
+        deployment=DeploymentObservation(replicas=3, ready_replicas=1, desired_hash=digest),
+    )
+    cluster = RecordingCluster(scaled)
+    _run(make_isvc().dict(), cluster)
+    assert [m["kind"] for m in cluster.applied] == ["ConfigMap", "Service", "Deployment"]
+    assert cluster.applied[-1]["spec"]["replicas"] == 1

@@ -90,3 +90,60 @@ def test_transition_time_kept_while_status_holds() -> None:
     assert same[0].last_transition_time == "2026-01-01T00:00:00Z"
     assert same[0].observed_generation == 2
     assert flipped[0].last_transition_time == "2026-01-01T00:05:00Z"
+
+
+PVC_MISSING = '0/3 nodes are available: persistentvolumeclaim "tailtune-engines" not found. not found'
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "needles", "absent"),
+    [
+        (PVC_MISSING, ["'tailtune-engines'", "spec.engine.store.pvc", "does not exist"], ["gpu.product"]),
+        ('0/3 nodes are available: persistentvolumeclaim "models" not found.', ["'models'", "spec.model.uri"], []),
+        ("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes "
+         "are available: 3 Preemption is not helpful for scheduling.", ["nvidia.com/gpu.product=NVIDIA-L4"],
+         ["preemption"]),
+        ("0/3 nodes are available: 3 Insufficient nvidia.com/gpu.", ["GPUs taken"], []),
+        ("0/3 nodes are available: 3 node(s) had untolerated taint {dedicated: ml}.", ["spec.serving.tolerations"], []),
+        ("0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims.", ["not bound"], []),
+    ],
+)  # fmt: skip
+def test_unschedulable_names_the_real_cause_once(scheduler: str, needles: list[str], absent: list[str]) -> None:
+    c = st.compute_engine_condition(make_isvc().obj(), Observed(job=JobObservation(unschedulable=scheduler)))
+    assert c.reason == st.ENGINE_BUILD_UNSCHEDULABLE
+    for needle in needles:
+        assert needle in c.message, c.message
+    for needle in absent:
+        assert needle not in c.message, c.message
+    assert c.message.count("not found") <= 1, c.message
+
+
+def test_scheduler_detail_drops_repeats_and_the_preemption_postscript() -> None:
+    assert (
+        st.scheduler_detail(PVC_MISSING)
+        == '0/3 nodes are available: persistentvolumeclaim "tailtune-engines" not found'
+    )
+    assert st.scheduler_detail("a. b. a. preemption: x") == "a. b"
+
+
+def test_refused_job_holds_engine_and_ready_back() -> None:
+    isvc = make_isvc().obj()
+    status = st.compute_status(
+        isvc, Observed(), engine_info=isvc.status.engine, batching=isvc.status.batching, desired_replicas=1,
+        latency=isvc.status.latency, now=T0, engine_rejected="the API server refused Job x: ...; fix spec.a",
+    )  # fmt: skip
+    conditions = {c.type: (c.status, c.reason) for c in status.conditions}
+    assert conditions["EngineReady"] == conditions["Ready"] == ("False", st.CHILD_REJECTED)
+    assert status.endpoints.http is None
+
+
+def test_endpoints_only_when_the_service_exists() -> None:
+    isvc = make_isvc().obj()
+    observed = Observed(
+        job=JobObservation(succeeded=True), deployment=DeploymentObservation(replicas=1, ready_replicas=1)
+    )
+    kwargs = dict(engine_info=isvc.status.engine, batching=isvc.status.batching, desired_replicas=1,
+                  latency=isvc.status.latency, now=T0)  # fmt: skip
+    assert st.compute_status(isvc, observed, **kwargs).endpoints.http is None  # type: ignore[arg-type]
+    served = st.compute_status(isvc, observed, service_exists=True, **kwargs)  # type: ignore[arg-type]
+    assert served.endpoints.http == "http://demo.default.svc:8000"
