@@ -32,7 +32,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import FrameType
@@ -55,6 +54,7 @@ from devkit.runtime import UPSTREAM_HTTP_PORT
 from devkit.triton.onnx_models import build_mlp
 from tailtune.api.keys import APPLIED_ANNOTATION
 from tailtune.api.keys import TUNER_STATE_ANNOTATION as STATE_ANNOTATION
+from tailtune.tuner.types import InForce
 
 MODEL_PATH = "/models/mlp-16x64x16.onnx"
 TRITON_COMPONENT = "app.kubernetes.io/component=triton"
@@ -450,16 +450,19 @@ class Demo:
 
     @staticmethod
     def last_change(isvc: dict[str, Any]) -> tuple[float, str] | None:
-        """(UNIX time, config) of the tuner's last change, from the state it keeps on the object."""
-        raw = (isvc.get("metadata", {}).get("annotations") or {}).get(STATE_ANNOTATION)
+        """(UNIX time, config) of the tuner's last change, from the config in force it records on the object."""
+        raw = (isvc.get("metadata", {}).get("annotations") or {}).get(APPLIED_ANNOTATION)
         try:
-            state = json.loads(raw) if raw else {}
-            when = datetime.fromisoformat(state["last_change"].replace("Z", "+00:00")).timestamp()
-            b = state["batching"]
-        except (ValueError, KeyError, TypeError, AttributeError):
+            config = InForce.from_annotation(raw) if raw else None
+        except ValueError:
             return None
-        batch, delay, replicas = b.get("maxBatchSize"), b.get("maxQueueDelayMicroseconds"), state.get("replicas")
-        return when, f"max batch {batch}, delay {delay} us, {replicas} replicas"
+        if config is None or config.changed_at is None:
+            return None
+        b = config.batching
+        return (
+            config.changed_at.timestamp(),
+            f"max batch {b.max_batch_size}, delay {b.max_queue_delay_microseconds} us, {config.replicas} replicas",
+        )
 
     def live_knobs(self, ips: list[str]) -> tuple[int | None, int | None]:
         """max_batch_size and the queue delay Triton serves with now (the first ready pod)."""

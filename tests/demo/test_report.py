@@ -224,3 +224,27 @@ def test_plain_progress_lines_fit_80_columns() -> None:
     assert "P99 client 41.0 ms" in text.replace("\n  ", " ")
     for line in lines[1:]:
         assert line.startswith("  ") and not re.match(r"\s*(ms|us|req/s)\b", line), text
+
+
+def test_decisions_come_from_the_config_in_force_annotation() -> None:
+    """The demo's decision markers read the one annotation that records the config in force and its change time."""
+    from datetime import UTC, datetime
+
+    from devkit.demo import Demo
+    from tailtune.api.keys import APPLIED_ANNOTATION
+    from tailtune.api.v1alpha1 import Batching
+    from tailtune.tuner.types import InForce
+
+    def isvc(config: InForce) -> dict[str, object]:
+        return {"metadata": {"annotations": {APPLIED_ANNOTATION: config.to_annotation()}}}
+
+    changed = InForce(
+        batching=Batching(max_batch_size=4, max_queue_delay_microseconds=500),
+        replicas=3,
+        changed_at=datetime(2026, 1, 1, tzinfo=UTC),
+        reason="scale out",
+    )
+    assert Demo.last_change(isvc(changed)) == (1767225600.0, "max batch 4, delay 500 us, 3 replicas")
+    assert Demo.last_change(isvc(InForce(batching=Batching(max_batch_size=1), replicas=1))) is None
+    assert Demo.last_change({"metadata": {"annotations": {APPLIED_ANNOTATION: "{not json"}}}) is None
+    assert Demo.last_change({"metadata": {}}) is None
