@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -22,7 +22,7 @@ from tailtune.operator.reconcile import Outcome, reconcile
 from tailtune.operator.status import ENGINE_BUILD_FAILED, ENGINE_BUILT, ENGINE_READY
 from tailtune.operator.tuning import parse_isvc, read_latency, slo_condition_moved, tune_step
 from tailtune.triton.stats import BatchStatsReader
-from tailtune.tuner.prom import PrometheusReader, Target
+from tailtune.tuner.prom import HttpPromClient, PodWindow, PrometheusReader, Target, read_pod_windows
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 RESYNC_SECONDS = 300.0
 CHILD_LABELS = {MANAGED_BY_LABEL: MANAGED_BY}
 RETRY_MAX_SECONDS = 300.0
+SERVING_CHILD_RESOURCES = ("configmaps", "services")  # watched for drift when the credentials allow it
 
 
 class State:
@@ -67,7 +68,15 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.peering.lifetime = int(os.environ.get("TAILTUNE_PEERING_LIFETIME", "60"))
     # The Kubernetes client blocks: give its calls (run in threads) as many workers as pooled connections.
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=API_CONCURRENCY))
-    memo["tailtune"] = State(KubeCluster(load_config()))
+    cluster = KubeCluster(load_config())
+    memo["tailtune"] = State(cluster)
+    # Hand edits of the ConfigMap and the Service are seen only with list/watch on them; kopf starts its
+    # watchers after this handler, so watching is registered here, where the credentials can be asked.
+    for resource in SERVING_CHILD_RESOURCES:
+        if await asyncio.to_thread(cluster.may_watch, resource):
+            kopf.on.event("", "v1", resource, labels=CHILD_LABELS)(child_changed)
+        else:
+            log.warning("no list/watch on %s: their hand edits are repaired by the resync only", resource)
 
 
 async def run_reconcile(
@@ -147,8 +156,6 @@ async def resync(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
 
 @kopf.on.event("batch", "v1", "jobs", labels=CHILD_LABELS)
 @kopf.on.event("apps", "v1", "deployments", labels=CHILD_LABELS)
-@kopf.on.event("", "v1", "configmaps", labels=CHILD_LABELS)
-@kopf.on.event("", "v1", "services", labels=CHILD_LABELS)
 async def child_changed(body: kopf.Body, type: str | None, memo: Any, logger: kopf.Logger, **_: Any) -> None:
     """A child moved (Job finished, pods became ready, a hand edit): reconcile each InferenceService owning it.
 
@@ -189,6 +196,21 @@ def prometheus_reader(isvc: InferenceService) -> PrometheusReader:
     )
 
 
+class PodWindows:
+    """Each Triton pod's own latency window from Prometheus, for judging a canary (`rollout.PodReader`)."""
+
+    def __init__(self, isvc: InferenceService) -> None:
+        spec = isvc.spec
+        self._client = HttpPromClient(spec.metrics.prometheus_url, spec.metrics.timeout_seconds)
+        self._target = Target(namespace=isvc.metadata.namespace, name=isvc.metadata.name, model=isvc.model_name)
+        self._percentile = spec.slo.percentile
+        self._window = float(spec.slo.window_seconds)
+
+    def read(self, at: datetime) -> Mapping[str, PodWindow]:
+        """The windows ending at `at`, keyed by pod IP."""
+        return read_pod_windows(self._client.query, self._target, self._percentile, self._window, at)
+
+
 async def tuner_tick(state: State, namespace: str, name: str) -> float:
     """One tuner tick; returns the seconds until the next one (the spec's interval).
 
@@ -215,7 +237,8 @@ async def tuner_tick(state: State, namespace: str, name: str) -> float:
                 return RESYNC_SECONDS
             interval = float(isvc.spec.tuning.interval_seconds)
             stats = state.batch_stats.setdefault(key, BatchStatsReader(isvc.model_name))
-            decision = await tune_step(isvc, state.cluster, read, now, stats)
+            pods = PodWindows(isvc) if isvc.spec.tuning.mode == "hot" else None
+            decision = await tune_step(isvc, state.cluster, read, now, stats, pods)
             changed = decision is not None and decision.changed
             if decision is not None and changed:
                 log.info("%s/%s tuner: %s", namespace, name, decision.reason)

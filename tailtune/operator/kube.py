@@ -153,6 +153,19 @@ class KubeCluster:
             desired_hash=(dep.metadata.annotations or {}).get(DESIRED_HASH_ANNOTATION, ""),
         )
 
+    def may_watch(self, resource: str, group: str = "") -> bool:
+        """Whether our credentials may list and watch `resource` in every namespace (a SelfSubjectAccessReview)."""
+        authz = client.AuthorizationV1Api(self.api)
+        for verb in ("list", "watch"):
+            review = client.V1SelfSubjectAccessReview(
+                spec=client.V1SelfSubjectAccessReviewSpec(
+                    resource_attributes=client.V1ResourceAttributes(group=group, resource=resource, verb=verb)
+                )
+            )
+            if not authz.create_self_subject_access_review(review).status.allowed:
+                return False
+        return True
+
     async def read_isvc(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The raw InferenceService, or None when it is gone."""
         try:

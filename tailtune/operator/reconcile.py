@@ -31,7 +31,7 @@ from tailtune.operator.engine import engine_cache_key, engine_info, engine_statu
 from tailtune.operator.inforce import in_force as config_in_force
 from tailtune.operator.inforce import tuner_state
 from tailtune.operator.modelconfig import EngineIOUnknown, model_config_pbtxt
-from tailtune.operator.observed import ChildRejected, EngineInfo, JobObservation, Observed
+from tailtune.operator.observed import ChildRejected, DeploymentObservation, EngineInfo, JobObservation, Observed
 from tailtune.operator.spec_checks import check_spec, describe_rejection, describe_validation_error
 from tailtune.triton.config import ConfigError
 from tailtune.tuner.types import InForce
@@ -174,9 +174,11 @@ async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime, *,
     rejected = await _apply_children(isvc, desired.objects, cluster, skip_serving=unchanged and not force)
     engine_rejected = rejected if rejected and rejected[0] == "Job" else None
     serving_rejected = rejected if rejected and rejected[0] != "Job" else None
+    # Created just now: say so, not "not created yet" in the same breath.
     if observed.job is None and engine_rejected is None:
-        # Created just now: say so, not "not created yet" in the same breath.
         observed = replace(observed, job=JobObservation())
+    if observed.deployment is None and desired.serving_hash and serving_rejected is None:
+        observed = replace(observed, deployment=DeploymentObservation(replicas=desired.applied.replicas))
     serving_problem = desired.serving_problem or (
         (st.CHILD_REJECTED, serving_rejected[1]) if serving_rejected else None
     )

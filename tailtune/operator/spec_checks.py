@@ -20,9 +20,9 @@ _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 NAME_MAX = 63
 # Where a field the API server names on a child comes from in the spec (first match wins).
 _CHILD_FIELDS: tuple[tuple[str, str], ...] = (
+    ("affinity", "spec.serving.affinity"),  # before nodeSelector: affinity has nodeSelectorTerms
     ("nodeSelector", "spec.serving.nodeSelector"),
     ("tolerations", "spec.serving.tolerations"),
-    ("affinity", "spec.serving.affinity"),
     ("resources", "spec.serving.resources"),
     ("annotations", "{pod_annotations}"),
     ("metadata.labels", "metadata.name (its length)"),

@@ -100,6 +100,7 @@ def test_built_engine_and_ready_pods_make_ready_and_steady_state_writes_nothing(
     _run(raw, cluster)
     assert [m["kind"] for m in cluster.applied] == ["ConfigMap", "Service", "Deployment"]
     status = cluster.statuses[-1]
+    assert status.endpoints.http == "http://demo.default.svc:8000"
     assert _cond(status, "Ready") == ("True", "AllComponentsReady")
     assert status.replicas.ready == 1 and status.batching.max_batch_size == 8
     assert ("Normal", "AllComponentsReady") in cluster.events
@@ -180,3 +181,12 @@ def test_scaled_deployment_is_reapplied() -> None:
     _run(make_isvc().dict(), cluster)
     assert [m["kind"] for m in cluster.applied] == ["ConfigMap", "Service", "Deployment"]
     assert cluster.applied[-1]["spec"]["replicas"] == 1
+
+
+def test_serving_applied_now_is_not_not_created_yet() -> None:
+    cluster = RecordingCluster(Observed(job=JobObservation(succeeded=True)))
+    _run(make_isvc().dict(), cluster)
+    status = cluster.statuses[0]
+    assert _cond(status, "ServingReady") == ("False", "PodsNotReady")
+    assert all("not created yet" not in c.message for c in status.conditions)
+    assert status.endpoints.http == "http://demo.default.svc:8000"

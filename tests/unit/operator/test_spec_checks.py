@@ -25,7 +25,12 @@ def test_a_63_character_name_is_fine() -> None:
         ("Deployment", ("spec.template.annotations",), "", "spec.serving.podAnnotations"),
         ("Job", ("spec.template.spec.nodeSelector",), "", "spec.serving.nodeSelector"),
         ("Deployment", ("spec.template.spec.tolerations[0].operator",), "", "spec.serving.tolerations"),
-        ("Deployment", ("spec.template.spec.affinity.nodeAffinity",), "", "spec.serving.affinity"),
+        (
+            "Deployment",
+            ("spec.template.spec.affinity.nodeAffinity.x.nodeSelectorTerms[0]",),
+            "",
+            "spec.serving.affinity",
+        ),
         ("Deployment", ("spec.template.spec.containers[0].resources.limits[x]",), "", "spec.serving.resources"),
         ("Service", (), 'Service "a.b" is invalid: metadata.name: Invalid value', "metadata.name"),
         ("Job", ("spec.template.spec.containers[0].image",), "", "spec.engine.builderImage"),

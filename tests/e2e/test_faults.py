@@ -1,0 +1,259 @@
+"""Faults on the local cluster with the operator running: each case asserts what the user sees.
+
+What the user sees is a condition (reason and message), one Event per transition, children as the spec says,
+and an operator that neither crashes nor loops. Figures (time to a condition, time to repair) are printed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import yaml
+
+from tests.e2e.test_operator import OperatorProcess, condition, engine_store, example, jobs, wait_condition
+
+if TYPE_CHECKING:
+    from tests.e2e.conftest import Cluster
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def operator(
+    cluster: Cluster, crd_installed: list[str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    op = OperatorProcess(cluster, tmp_path_factory.mktemp("operator") / "operator.log")
+    op.start()
+    yield op
+    op.stop()
+    if os.environ.get("TAILTUNE_E2E_VERBOSE"):
+        print(op.log_tail(200))
+
+
+def events(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    """Events on the InferenceService `name`, oldest first."""
+    found = cluster.get("events", namespace=namespace)["items"]
+    mine = [
+        e
+        for e in found
+        if e["involvedObject"].get("name") == name and e["involvedObject"]["kind"] == "InferenceService"
+    ]
+    return sorted(mine, key=lambda e: e.get("firstTimestamp") or e["metadata"]["creationTimestamp"])
+
+
+def assert_quiet(cluster: Cluster, namespace: str, name: str, seconds: float = 4) -> None:
+    """No write loop: the object's resourceVersion holds for `seconds`."""
+    rv = cluster.get("tis", name, namespace)["metadata"]["resourceVersion"]
+    time.sleep(seconds)
+    assert cluster.get("tis", name, namespace)["metadata"]["resourceVersion"] == rv, "status rewritten in a loop"
+
+
+def _set(doc: dict[str, Any], path: str, value: Any) -> None:
+    node = doc
+    *parents, leaf = path.split(".")
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[leaf] = value
+
+
+# ------------------------------------------------------------------------- children the API server refuses
+
+AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In"}]}]}}}  # fmt: skip
+
+# (case, changes, the condition that says so, the spec field its message names)
+REFUSED: list[tuple[str, dict[str, Any], str, str]] = [
+    ("engine pod annotation key", {"spec.engine.podAnnotations": {"bad key!": "x"}},
+     "EngineReady", "spec.engine.podAnnotations"),
+    ("node selector value", {"spec.serving.nodeSelector": {"disk": "not a label value!"}},
+     "EngineReady", "spec.serving.nodeSelector"),
+    ("toleration exists with value", {"spec.serving.tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]},
+     "EngineReady", "spec.serving.tolerations"),
+    ("serving pod annotation key", {"spec.serving.podAnnotations": {"bad key!": "x"}},
+     "ServingReady", "spec.serving.podAnnotations"),
+    ("unknown resource name", {"spec.serving.resources": {"limits": {"not/a/resource": "1"}}},
+     "ServingReady", "spec.serving.resources"),
+    ("malformed affinity", {"spec.serving.affinity": AFFINITY}, "ServingReady", "spec.serving.affinity"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "changes", "type_", "field"), REFUSED, ids=[c[0] for c in REFUSED])
+def test_refused_child_becomes_status_and_one_event(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, case: str, changes: dict[str, Any], type_: str,
+    field: str,
+) -> None:  # fmt: skip
+    engine_store(cluster, namespace)
+    doc = copy.deepcopy(example("refused"))
+    for path, value in changes.items():
+        _set(doc, path, value)
+    start = time.monotonic()
+    cluster.apply(doc, namespace=namespace)
+    c = wait_condition(cluster, operator, namespace, "refused", type_, "False", "ChildRejected", timeout_s=60)
+    print(f"{case}: {type_}=False/ChildRejected {time.monotonic() - start:.1f} s after apply")
+    assert field in c["message"] and "refused" in c["message"], c["message"]
+    tis = cluster.get("tis", "refused", namespace)
+    ready = condition(tis, "Ready")
+    assert ready is not None and (ready["status"], ready["reason"]) == ("False", "ChildRejected")
+    assert not tis["status"].get("endpoints", {}).get("http"), "endpoints name a Service that may not exist"
+    assert_quiet(cluster, namespace, "refused")
+    rejected = [e for e in events(cluster, namespace, "refused") if e["reason"] == "ChildRejected"]
+    assert len(rejected) == 1, [e["message"] for e in rejected]
+    assert operator.alive()
+
+    # Fixing the spec retries at once and reaches Ready.
+    fixed = copy.deepcopy(example("refused"))
+    cluster.kubectl("replace", "-n", namespace, "-f", "-", input=yaml.safe_dump(fixed))
+    wait_condition(cluster, operator, namespace, "refused", "Ready", "True", timeout_s=90)
+
+
+@pytest.mark.parametrize("name", ["r" * 64, "res.net", "9lives"], ids=["64 chars", "dot", "leading digit"])
+def test_names_that_cannot_name_children_are_refused_at_admission(
+    cluster: Cluster, crd_installed: list[str], name: str
+) -> None:
+    doc = example(name)
+    result = cluster.kubectl("create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(doc), check=False)
+    assert result.returncode != 0, f"{name}: accepted"
+    assert "metadata.name must be a DNS-1035 label" in result.stderr, result.stderr
+
+
+# ------------------------------------------------------------------------------------ scheduling causes
+
+
+def test_missing_engine_store_is_named_as_the_cause(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    cluster.apply(example(), namespace=namespace)  # no engine_store(): the PVC does not exist
+    c = wait_condition(cluster, operator, namespace, "resnet50", "EngineReady", "False", "EngineBuildUnschedulable")
+    message = c["message"]
+    assert "'tailtune-engines'" in message and "spec.engine.store.pvc" in message, message
+    assert "does not exist" in message and message.count("not found") <= 1, message
+    assert "can take the build pod" not in message, message  # the GPU is not blamed
+    reasons = [e["reason"] for e in events(cluster, namespace, "resnet50")]
+    assert reasons.count("EngineBuildUnschedulable") == 1, reasons
+
+
+# ---------------------------------------------------------------------------------------- Events
+
+
+def test_one_apply_gives_one_event_per_transition(cluster: Cluster, operator: OperatorProcess, namespace: str) -> None:
+    engine_store(cluster, namespace)
+    cluster.apply(example(), namespace=namespace)
+    wait_condition(cluster, operator, namespace, "resnet50", "Ready", "True")
+    time.sleep(2)
+    seen = [(e["reason"], e["message"]) for e in events(cluster, namespace, "resnet50")]
+    reasons = [r for r, _ in seen]
+    assert len(reasons) == len(set(reasons)), seen
+    assert not any("not created yet" in m for _, m in seen), seen
+    assert not any(m.startswith("Ready=False") for _, m in seen), seen  # told by EngineReady/ServingReady
+
+
+# ------------------------------------------------------------------------------------------- drift
+
+
+def test_scaled_deployment_is_restored_within_seconds(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    engine_store(cluster, namespace)
+    cluster.apply(example(), namespace=namespace)
+    wait_condition(cluster, operator, namespace, "resnet50", "Ready", "True")
+    start = time.monotonic()
+    cluster.kubectl("scale", "deployment/resnet50-triton", "-n", namespace, "--replicas=3")
+
+    def restored() -> bool:
+        return bool(cluster.get("deployment", "resnet50-triton", namespace)["spec"]["replicas"] == 1)
+
+    time.sleep(0.5)
+    cluster.wait_for("replicas back to 1", restored, 20)
+    print(f"kubectl scale repaired in {time.monotonic() - start:.1f} s")
+    tis = cluster.get("tis", "resnet50", namespace)
+    assert tis["status"]["replicas"]["desired"] == 1
+
+
+def test_edited_configmap_is_restored_within_seconds(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    engine_store(cluster, namespace)
+    cluster.apply(example(), namespace=namespace)
+    wait_condition(cluster, operator, namespace, "resnet50", "Ready", "True")
+    name = "resnet50-triton-config"
+    original = cluster.get("configmap", name, namespace)["data"]["config.pbtxt"]
+    start = time.monotonic()
+    patch = json.dumps({"data": {"config.pbtxt": original.replace("max_batch_size: 8", "max_batch_size: 2")}})
+    cluster.kubectl("patch", "configmap", name, "-n", namespace, "--type=merge", "-p", patch)
+
+    def restored() -> bool:
+        return bool(cluster.get("configmap", name, namespace)["data"]["config.pbtxt"] == original)
+
+    time.sleep(0.5)
+    cluster.wait_for("config.pbtxt restored", restored, 20)
+    print(f"ConfigMap edit repaired in {time.monotonic() - start:.1f} s")
+
+
+def test_deleted_service_is_restored(cluster: Cluster, operator: OperatorProcess, namespace: str) -> None:
+    engine_store(cluster, namespace)
+    cluster.apply(example(), namespace=namespace)
+    wait_condition(cluster, operator, namespace, "resnet50", "Ready", "True")
+    cluster.kubectl("delete", "service", "resnet50", "-n", namespace)
+    cluster.wait_for("the Service back", lambda: cluster.get("service", "resnet50", namespace), 20)
+
+
+# ------------------------------------------------------------------------------------ large annotations
+
+
+def test_large_user_annotation_neither_blocks_updates_nor_deletion(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    engine_store(cluster, namespace)
+    doc = example()
+    doc["metadata"]["annotations"] = {"example.com/blob": "x" * 150_000}
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(doc))
+    wait_condition(cluster, operator, namespace, "resnet50", "Ready", "True")
+    cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--type=merge", "-p",
+                    '{"spec": {"serving": {"replicas": {"min": 2, "max": 4}}}}')  # fmt: skip
+    cluster.wait_for(
+        "the spec change applied",
+        lambda: cluster.get("deployment", "resnet50-triton", namespace)["spec"]["replicas"] == 2,
+        60,
+    )
+    start = time.monotonic()
+    cluster.kubectl("delete", "tis", "resnet50", "-n", namespace, "--wait=false")
+    cluster.wait_for(
+        "the object gone (finalizer removed)", lambda: cluster.get("tis", "resnet50", namespace) is None, 30
+    )
+    print(f"deleted in {time.monotonic() - start:.1f} s with a 150 kB annotation")
+    assert operator.alive()
+
+
+# ---------------------------------------------------------------------------- two services, one model
+
+
+def test_two_services_with_one_model_build_apart_and_outlive_each_other(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    engine_store(cluster, namespace)
+    cluster.apply(example("first"), example("second"), namespace=namespace)
+    for name in ("first", "second"):
+        wait_condition(cluster, operator, namespace, name, "Ready", "True")
+    built = {j["metadata"]["name"]: j["metadata"]["ownerReferences"][0]["name"] for j in jobs(cluster, namespace)}
+    assert sorted(built.values()) == ["first", "second"], built
+    keys = {n: cluster.get("tis", n, namespace)["status"]["engine"]["cacheKey"] for n in ("first", "second")}
+    assert keys["first"] != keys["second"] and set(keys.values()) == set(built)
+
+    cluster.kubectl("delete", "tis", "first", "-n", namespace)
+    cluster.wait_for(
+        "first's Job collected",
+        lambda: keys["first"] not in {j["metadata"]["name"] for j in jobs(cluster, namespace)},
+        60,
+    )
+    assert [j["metadata"]["name"] for j in jobs(cluster, namespace)] == [keys["second"]]
+    time.sleep(2)
+    second = cluster.get("tis", "second", namespace)
+    for type_ in ("EngineReady", "Ready"):
+        assert condition(second, type_)["status"] == "True"  # type: ignore[index]
+    assert cluster.get("deployment", "second-triton", namespace)["spec"]["replicas"] == 1
