@@ -102,6 +102,8 @@ class Plan:
     replicas: int
     feasible: bool
     load_rps: float
+    # Carries the load within the SLO but not within the aim (the headroom is used up).
+    within_slo_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -161,10 +163,14 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         st = st.model_copy(update={"calibration": _calibrate(st.calibration, curve, r, in_force, policy)})
     bad = r.over or r.saturated
     good = r.comfortable and not bad
+    # A window that overlaps the last one counted bad is the same evidence (a 60 s summary read every 30 s):
+    # bad windows are counted once per distinct window.
+    distinct = st.last_bad_window_end is None or obs.window_start >= st.last_bad_window_end
     st = st.model_copy(
         update={
             "missing_windows": 0,
-            "bad_windows": st.bad_windows + 1 if bad else 0,
+            "bad_windows": (st.bad_windows + (1 if distinct else 0)) if bad else 0,
+            "last_bad_window_end": (obs.window_end if distinct else st.last_bad_window_end) if bad else None,
             "good_windows": st.good_windows + 1 if good else 0,
         }
     )
@@ -269,7 +275,13 @@ def _idle(st: TunerState, in_force: InForce, policy: Policy, now: datetime) -> D
     cooling = in_force.changed_at is not None and now - in_force.changed_at < timedelta(seconds=policy.cooldown_seconds)
     if not curve or cooling:
         return _hold(st, in_force, NO_TRAFFIC, "no requests in the window; holding the config")
-    plan = best_plan(curve, 0.0, policy, 1.0, backlog=False)
+    # Any config a canary rejected lately stays out, whatever load it failed at.
+    recent = frozenset(
+        (x.batching.max_batch_size, x.batching.max_queue_delay_microseconds)
+        for x in st.rejected
+        if now - x.at < REJECTED_FOR
+    )
+    plan = best_plan(curve, 0.0, policy, 1.0, backlog=False, avoid=recent)
     b = in_force.batching
     current = candidate(curve, b.max_batch_size, b.max_queue_delay_microseconds, policy, 1.0)
     best = plan.candidate
@@ -355,9 +367,17 @@ def best_plan(
         best = max(cands, key=lambda c: (c.capacity_rps, -c.max_batch))
     need = math.ceil(load_rps / best.carries()) if best.carries() > 0 else policy.replicas_max + 1
     need = max(policy.replicas_min, need)
+    if need > policy.replicas_max and policy.headroom < 1.0:
+        # Nothing keeps the aim within the bounds: the SLO itself is the next best target (no headroom left).
+        at_slo = best_plan(curve, load_rps, policy.model_copy(update={"headroom": 1.0}), calibration, backlog, avoid)
+        if at_slo.feasible:
+            return Plan(at_slo.candidate, at_slo.replicas, True, load_rps, within_slo_only=True)
+        policy = policy.model_copy(update={"headroom": 1.0})
+        cands = [candidate(curve, c.max_batch, c.delay_us, policy, calibration) for c in cands]
+        best = max(cands, key=lambda c: (c.carries(), -c.max_batch, -c.delay_us))
     if need > policy.replicas_max:
         if not backlog:
-            # Short of the aim but keeping up: the most load within the aim is the most goodput.
+            # Short of the SLO but keeping up: the most load within the SLO is the most goodput.
             return Plan(best, policy.replicas_max, False, load_rps)
         # Requests pile up: the most capacity, to drain what it can.
         most = max(cands, key=lambda c: (c.capacity_rps if not c.extrapolated else 0.0, -c.max_batch))
@@ -478,10 +498,11 @@ def _explain(plan: Plan, load: float, curve: Curve, policy: Policy) -> str:
         need = math.ceil(load / c.carries()) if c.carries() > 0 else math.inf
         return (
             f"infeasible within the bounds: {load:.0f} req/s with margin needs {need} replicas at max batch "
-            f"{c.max_batch} ({c.carries():.0f} req/s each within the aim{bet}); at most {policy.replicas_max}"
+            f"{c.max_batch} ({c.carries():.0f} req/s each within the SLO{bet}); at most {policy.replicas_max}"
         )
+    target = "the SLO (no headroom left for the aim)" if plan.within_slo_only else "the aim"
     return (
-        f"model: max batch {c.max_batch}{bet} carries {c.carries():.0f} req/s per replica within the aim "
+        f"model: max batch {c.max_batch}{bet} carries {c.carries():.0f} req/s per replica within {target} "
         f"(capacity {c.capacity_rps:.0f}); {load:.0f} req/s with margin takes {plan.replicas}"
     )
 

@@ -184,6 +184,8 @@ class TunerState(_Frozen):
     last_window_end: datetime | None = None
     last_rate: float | None = None
     bad_windows: int = 0
+    # End of the last window counted bad: an overlapping one is not counted again.
+    last_bad_window_end: datetime | None = None
     good_windows: int = 0
     missing_windows: int = 0
     # Live service-time points from Triton's batch statistics (the build's come with the policy).

@@ -323,7 +323,7 @@ def sweep_configs(setup: Setup) -> list[tuple[int, int]]:
     """(max batch, delay) configs the oracle chooses from."""
     top = setup.curve.engine_max
     sizes = sorted({*ladder(top), *(b + b // 2 for b in ladder(top) if b + b // 2 < top)})
-    delays = [0] if setup.instances == 1 else [0, 1000, 4000]
+    delays = [0] if setup.instances == 1 else [0, 2000]
     return [(b, d) for b in sizes for d in delays]
 
 
