@@ -353,6 +353,18 @@ def test_notes_for_a_brought_claim(tmp_path: Path) -> None:
     assert "kubectl apply --namespace team-a -f examples/resnet-l4.yaml" in spread
 
 
+def test_readme_install_command_renders_the_engine_store_it_describes() -> None:
+    """The `helm install` of README "On a real cluster", with its --set flags, as written."""
+    readme = (REPO / "README.md").read_text()
+    command = re.search(r"^helm install tailtune charts/tailtune (.*?)\n(?!  )", readme, re.M | re.S)
+    assert command, "no helm install in README.md"
+    sets = tuple(s.strip("'") for s in re.findall(r"--set (\S+)", command.group(1)))
+    objects = render(sets=sets)
+    pvc = find(objects, "PersistentVolumeClaim", "tailtune-engines", "ml")
+    assert pvc["spec"]["storageClassName"] == "efs-sc"
+    assert find(objects, "PodMonitor", "tailtune-triton")
+
+
 # ----------------------------------------------------------------------------------------- dashboard
 
 

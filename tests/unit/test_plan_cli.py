@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import io
+import re
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 from tailtune.tuner.plan import main
 
@@ -61,3 +64,14 @@ def test_the_command_line_exit_codes() -> None:
     reps = subprocess.run([*run, "--rate", "3000", "--slo-ms", "10"], capture_output=True, text=True, check=False)
     assert reps.returncode == 1, reps.stdout + reps.stderr
     assert "more replicas would do" in reps.stdout
+
+
+def test_the_readme_plan_commands_exit_as_the_readme_says() -> None:
+    """README "Your own model" lists `tailtune plan` lines with the exit code each gets."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    lines = re.findall(r"^tailtune plan (.+?)\s+# (.*)$", readme, re.M)
+    assert len(lines) >= 3
+    for args, comment in lines:
+        expected = int(m.group(1)) if (m := re.match(r"exit (\d)", comment)) else 0
+        code, text = _plan(*shlex.split(args))
+        assert code == expected, (args, text)
