@@ -257,3 +257,26 @@ def test_two_services_with_one_model_build_apart_and_outlive_each_other(
     for type_ in ("EngineReady", "Ready"):
         assert condition(second, type_)["status"] == "True"  # type: ignore[index]
     assert cluster.get("deployment", "second-triton", namespace)["spec"]["replicas"] == 1
+
+
+# ---------------------------------------------------------------------------------- operator restarts
+
+
+def test_operator_killed_with_a_refused_child_tells_it_once(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    engine_store(cluster, namespace)
+    doc = example("refused")
+    doc["spec"]["serving"]["podAnnotations"] = {"bad key!": "x"}
+    cluster.apply(doc, namespace=namespace)
+    wait_condition(cluster, operator, namespace, "refused", "ServingReady", "False", "ChildRejected")
+    operator.kill()
+    operator.start()  # resumes every object: the refusal is met again, and is already in the status
+    time.sleep(8)
+    assert operator.alive()
+    tis = cluster.get("tis", "refused", namespace)
+    assert (condition(tis, "Ready") or {}).get("reason") == "ChildRejected"
+    rejected = [e for e in events(cluster, namespace, "refused") if e["reason"] == "ChildRejected"]
+    assert len(rejected) == 1, [e["message"] for e in rejected]
+    assert [d["metadata"]["name"] for d in cluster.get("deployments", namespace=namespace)["items"]] == []
+    assert len(jobs(cluster, namespace)) == 1
