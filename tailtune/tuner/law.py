@@ -25,13 +25,16 @@ comfort line), a draining backlog (waited for) and the cooldown between reloads.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tailtune.api.v1alpha1 import Batching
+from tailtune.tuner.model import capacity as model_capacity
 from tailtune.tuner.model import max_rate, predict
-from tailtune.tuner.servicetime import Curve, learn, merged
+from tailtune.tuner.servicetime import Curve, CurvePoint, learn, merged
 from tailtune.tuner.types import Decision, InForce, Observation, Policy, TunerState
 
 # Reason codes (CamelCase, for Events and conditions).
@@ -68,9 +71,9 @@ CALIBRATION_WEIGHT = 0.5
 CANDIDATE_CALIBRATION = (0.8, 1.25)
 # A candidate must beat the config in force by this share of robust load to be worth a reload.
 SWITCH_GAIN = 1.15
-# A config in force that carries less than 1/this of the most robust one is fragile: a load step away from a
-# backlog. It is replaced even while the latency holds (and first thing, while there is no traffic).
-FRAGILE_FACTOR = 2.0
+# A config in force whose capacity is under 1/this of the most capable candidate's is fragile: a load step
+# away from a backlog. It is replaced even while the latency holds (and first thing, while there is no traffic).
+FRAGILE_FACTOR = 1.5
 # Past the largest measured size the model is a bet: at most this many times that size.
 EXPLORE_REACH = 2
 # A config a canary rejected is not planned again for this long at a demand within this share of the one
@@ -190,7 +193,15 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     # the candidates it gets their share, so a switch is never an artefact of the calibration.
     observed = candidate(curve, mb, delay, policy, st.calibration)
     current = candidate(curve, mb, delay, policy, mild)
-    fragile = current.carries() * FRAGILE_FACTOR < plan.candidate.carries() or mb < policy.warmup_max
+    if r.saturated:
+        # Requests pile up under the config in force: what it delivers is its capacity, whatever the model says
+        # (e.g. batches that ran away to a slow max batch on a superlinear curve).
+        delivered = r.rate / max(1, in_force.replicas)
+        observed, current = (
+            dataclasses.replace(c, capacity_rps=min(c.capacity_rps, delivered), robust_rps=min(c.robust_rps, delivered))
+            for c in (observed, current)
+        )
+    fragile = is_fragile(curve, current, policy)
     at_risk = in_force.replicas * observed.carries() < load or fragile
     relieve = st.bad_windows >= policy.bad_windows or r.overloaded
     relax = st.good_windows >= policy.good_windows
@@ -285,7 +296,7 @@ def _idle(st: TunerState, in_force: InForce, policy: Policy, now: datetime) -> D
     b = in_force.batching
     current = candidate(curve, b.max_batch_size, b.max_queue_delay_microseconds, policy, 1.0)
     best = plan.candidate
-    if current.carries() * FRAGILE_FACTOR >= best.carries() and b.max_batch_size >= policy.warmup_max:
+    if not is_fragile(curve, current, policy):
         return _hold(st, in_force, NO_TRAFFIC, "no requests in the window; holding the config")
     batching = _batching(best.max_batch, best.delay_us, policy)
     reason = (
@@ -299,12 +310,34 @@ def _idle(st: TunerState, in_force: InForce, policy: Policy, now: datetime) -> D
     return Decision(action="change", in_force=new, reason=reason, reason_code=code, state=st)
 
 
+def is_fragile(curve: Curve, current: Candidate, policy: Policy) -> bool:
+    """Below the warmup batch, or far less capacity than the most capable measured batch."""
+    if current.max_batch < policy.warmup_max:
+        return True
+    sizes = [b for b in candidate_sizes(curve, policy) if b <= max(1, curve.largest)] or [current.max_batch]
+    most = max(_capacity(tuple(curve.sizes), tuple(curve.times), b, policy.delay_min_us) for b in sizes)
+    return current.capacity_rps * FRAGILE_FACTOR < most
+
+
+@functools.lru_cache(maxsize=8192)
+def _capacity(sizes: tuple[int, ...], times: tuple[float, ...], max_batch: int, delay_us: int) -> float:
+    """`model.capacity` of a curve given by its points (memoized: the planner asks for it many times)."""
+    curve = Curve([CurvePoint(batch=b, ms=ms) for b, ms in zip(sizes, times, strict=True)])
+    return model_capacity(curve.ms, max_batch, delay_us)
+
+
 def candidate(curve: Curve, max_batch: int, delay_us: int, policy: Policy, calibration: float) -> Candidate:
     """What the model says of one batching config for one replica."""
     t = curve.ms
-    capacity = 1000.0 * max_batch / t(max_batch)
+    cap = _capacity(tuple(curve.sizes), tuple(curve.times), max_batch, delay_us)
     aim = policy.aim_ms / max(calibration, 1e-6)
-    robust = max_rate(t, max_batch, delay_us, policy.instances, aim, policy.percentile)
+    robust = max_rate(t, max_batch, delay_us, policy.instances, aim, policy.percentile, cap)
+    capacity = cap
+    full = 1000.0 * max_batch / t(max_batch)
+    if full < cap:
+        # Past the most efficient batch a greedy batcher keeps up only while batches stay small; one burst that
+        # fills them runs away to slow full batches. Planned load is what full batches still drain.
+        robust = min(robust, policy.util_target * full)
     return Candidate(
         max_batch=max_batch,
         delay_us=delay_us,
@@ -382,11 +415,18 @@ def best_plan(
         # Requests pile up: the most capacity, to drain what it can.
         most = max(cands, key=lambda c: (c.capacity_rps if not c.extrapolated else 0.0, -c.max_batch))
         return Plan(most, policy.replicas_max, False, load_rps)
-    # Among the most robust (within 2 %), the smallest batch and delay: a larger cap costs nothing at low
-    # load (a greedy batcher forms small batches) and buys headroom, until the model says it breaks the aim.
+    # Among the most robust (within 2 %): a larger cap costs nothing at low load (a greedy batcher forms small
+    # batches) and buys headroom, until the model says it breaks the aim.
     fitting = [c for c in cands if not c.extrapolated or c is best]
+    # Only configs with a fair share of the most capacity: a burst past the plan must not find a fragile one.
+    most_rps = max(c.capacity_rps for c in fitting)
+    fitting = [c for c in fitting if c.capacity_rps * FRAGILE_FACTOR >= most_rps] or fitting
     top = max(c.carries() for c in fitting)
-    pick = min((c for c in fitting if c.carries() >= 0.98 * top), key=lambda c: (c.max_batch, c.delay_us))
+    # Among those, the most capacity (a burst beyond the plan is served, if late), then the smaller batch.
+    near = [c for c in fitting if c.carries() >= 0.98 * top]
+    pick = max(
+        near, key=lambda c: (round(c.capacity_rps / max(c.capacity_rps for c in near), 2), -c.max_batch, -c.delay_us)
+    )
     return Plan(pick, need, True, load_rps)
 
 

@@ -24,6 +24,9 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 ServiceTime = Callable[[float], float]
+# Batches run away to max batch once a fluctuation reaches the next crossing of b = lambda t(b): it must lie
+# this many standard deviations of the batch size beyond the fixed point.
+RUNAWAY_MARGIN_SD = 4.0
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,71 @@ class Prediction:
     stable: bool
 
 
+def _fixed_point(t: ServiceTime, big: int, lam: float, delay_ms: float) -> float | None:
+    """The batch a greedy batcher settles at (b = lambda (t(b) + D)), or None when batches run away past B."""
+    b = 1.0
+    for _ in range(200):
+        nb = max(1.0, lam * (t(b) + delay_ms))
+        if nb > big:
+            return None
+        if abs(nb - b) < 1e-6:
+            return nb
+        b = nb
+    return b
+
+
+def _spread(t: ServiceTime, b: float, lam: float, delay_ms: float) -> float:
+    """Standard deviation of the batch size around the fixed point (an AR(1) with slope lambda t'(b))."""
+    n = lam * (t(b) + delay_ms)
+    slope = min(0.95, lam * (t(b + 0.5) - t(max(1.0, b - 0.5))))
+    return math.sqrt(max(n, 1e-9) / (1.0 - slope * slope))
+
+
+def stable(t: ServiceTime, max_batch: int, delay_us: float, rate_rps: float) -> bool:
+    """Whether the batcher keeps up with `rate_rps` without running away to ever larger, slower batches.
+
+    Full batches that keep up drain any queue. Otherwise (a curve whose time grows faster than the batch) the
+    batcher is stable only around its small fixed point, and only while the next crossing, from which batches
+    run away to max batch, lies well beyond the batch size's natural spread.
+    """
+    big = max(1, max_batch)
+    lam = max(0.0, rate_rps) / 1000.0
+    delay_ms = max(0.0, delay_us) / 1000.0
+    if lam * (t(big) + delay_ms) <= big:
+        return True
+    b1 = _fixed_point(t, big, lam, delay_ms)
+    if b1 is None:
+        return False
+    sd = _spread(t, b1, lam, delay_ms)
+    steps = 64
+    for k in range(1, steps + 1):
+        b = b1 + (big - b1) * k / steps
+        if b > b1 + 0.5 and lam * (t(b) + delay_ms) >= b:
+            return b - b1 >= RUNAWAY_MARGIN_SD * sd
+    return True
+
+
+def capacity(t: ServiceTime, max_batch: int, delay_us: float = 0.0) -> float:
+    """Most req/s one replica keeps up with at this max batch (see `stable`)."""
+    big = max(1, max_batch)
+    top = max(1000.0 * b / t(b) for b in range(1, big + 1))
+    full = 1000.0 * big / t(big)
+    if stable(t, big, delay_us, top * 0.999):
+        return top * 0.999
+    lo, hi = min(full, top) * 0.5, top
+    if not stable(t, big, delay_us, lo):
+        lo = 0.0
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        if stable(t, big, delay_us, mid):
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-3 * top:
+            break
+    return lo
+
+
 def predict(
     t: ServiceTime,
     max_batch: int,
@@ -44,32 +112,25 @@ def predict(
     instances: int,
     rate_rps: float,
     percentile: float = 99.0,
+    capacity_rps: float | None = None,
 ) -> Prediction:
     """Predicted latency and capacity of one replica serving `rate_rps` (Poisson)."""
     big = max(1, max_batch)
     t_full = t(big)
-    capacity = 1000.0 * big / t_full
+    cap = capacity(t, big, delay_us) if capacity_rps is None else capacity_rps
     lam = max(0.0, rate_rps) / 1000.0  # requests per ms
     delay_ms = max(0.0, delay_us) / 1000.0
     if lam <= 0.0:
-        return Prediction(t(1.0), capacity, 1.0, 0.0, True)
-    rho = rate_rps / capacity
+        return Prediction(t(1.0), cap, 1.0, 0.0, True)
+    rho = rate_rps / cap if cap > 0 else math.inf
     if rho >= 1.0:
-        return Prediction(math.inf, capacity, float(big), 1.0, False)
-    b = 1.0
-    for _ in range(200):
-        nb = max(1.0, lam * (t(b) + delay_ms))
-        if abs(nb - b) < 1e-6 or nb > big:
-            b = min(nb, float(big))
-            break
-        b = nb
+        return Prediction(math.inf, cap, float(big), 1.0, False)
+    b = _fixed_point(t, big, lam, delay_ms) or float(big)
     q = max(1e-6, 1.0 - percentile / 100.0)
     z = NormalDist().inv_cdf(1.0 - q)
-    n = lam * (t(b) + delay_ms)
     # Batch sizes follow b' ~ Poisson(lambda t(b)): an AR(1) around the fixed point whose slope g' = lambda t'(b)
     # amplifies the spread as it nears 1 (the edge of the superlinear collapse).
-    slope = min(0.95, lam * (t(b + 0.5) - t(max(1.0, b - 0.5))))
-    sd = math.sqrt(max(n, 1e-9) / (1.0 - slope * slope))
+    sd = _spread(t, b, lam, delay_ms)
     b_hi = min(float(big), max(1.0, b + z * sd))
     t_hi = t(b_hi)
     util = min(1.0, lam * t(b) / b)
@@ -79,14 +140,14 @@ def predict(
     # full batches at utilisation rho.
     p_full = 1.0 - NormalDist().cdf((big - 0.5 - b) / sd)
     queue = p_full * t_full * math.log(max(1.0, rho / q)) / (2.0 * (1.0 - rho))
-    # Other instances' batches ahead on the shared device.
-    # A queue delay keeps a free instance waiting while another's batch runs: it absorbs that wait.
-    contention = (instances - 1) * t_hi * util * max(0.0, 1.0 - delay_ms / t_hi)
+    # Other instances' batches ahead on the shared device (a queue delay does not reliably absorb this wait:
+    # the waiting instance still takes what has queued once the delay is over, often before the device frees).
+    contention = (instances - 1) * t_hi * util
     # The delay holds a batch only when the device would otherwise take it at once (idle, or a batch
     # shorter than the delay in flight).
     held = (1.0 - util) * delay_ms + util * max(0.0, delay_ms - t(b))
     p_ms = max(in_flight, queue) + contention + held + t_hi
-    return Prediction(p_ms, capacity, b, util, True)
+    return Prediction(p_ms, cap, b, util, True)
 
 
 def max_rate(
@@ -96,17 +157,17 @@ def max_rate(
     instances: int,
     aim_ms: float,
     percentile: float = 99.0,
+    capacity_rps: float | None = None,
 ) -> float:
     """Largest rate (req/s) one replica serves with the predicted latency within `aim_ms` (0 if none)."""
+    cap = capacity(t, max_batch, delay_us) if capacity_rps is None else capacity_rps
 
     def ok(rate: float) -> bool:
-        return predict(t, max_batch, delay_us, instances, rate, percentile).p_ms <= aim_ms
+        return predict(t, max_batch, delay_us, instances, rate, percentile, cap).p_ms <= aim_ms
 
-    cap = 1000.0 * max_batch / t(max_batch)
-    lo, hi = 0.0, cap
-    if not ok(1e-3 * cap):
+    if cap <= 0 or not ok(1e-3 * cap):
         return 0.0
-    lo = 1e-3 * cap
+    lo, hi = 1e-3 * cap, cap
     for _ in range(40):
         mid = (lo + hi) / 2
         if ok(mid):

@@ -476,9 +476,7 @@ def plot(setup: Setup, summaries: Sequence[dict[str, Any]], path: Path, title: s
             axes[2].step(xs, [r["replicas"] for r in tl], where="pre", linestyle=":", label="tailtune replicas")
     if summaries:
         tl = summaries[0]["timeline"]
-        axes[1].plot(
-            [r["t_s"] + setup.interval_s for r in tl], [r["rate_rps"] for r in tl], "k--", label="offered"
-        )
+        axes[1].plot([r["t_s"] + setup.interval_s for r in tl], [r["rate_rps"] for r in tl], "k--", label="offered")
     axes[0].axhline(setup.slo_ms, color="red", linestyle="--", label=f"SLO {setup.slo_ms:g} ms")
     axes[0].set_yscale("symlog", linthresh=max(1.0, setup.slo_ms / 10))
     axes[0].set_ylabel(f"P{setup.percentile:g} of arrivals (ms)")

@@ -199,8 +199,8 @@ def test_e_missing_latency_or_samples_holds_and_says_so() -> None:
 
 
 def test_e_no_traffic_holds_or_leaves_a_fragile_config() -> None:
-    """Without traffic the law holds, unless the batching in force is fragile (carries less than 1/FRAGILE_FACTOR
-    of the most robust config, or sits below the warmup batch): then it moves the batching only, at once."""
+    """Without traffic the law holds, unless the batching in force is fragile (less than 1/FRAGILE_FACTOR of the
+    most capable batch's capacity, or below the warmup batch): then it moves the batching only, at once."""
     rng = np.random.default_rng(503)
     moved = held = 0
     for i in range(100):
@@ -217,9 +217,7 @@ def test_e_no_traffic_holds_or_leaves_a_fragile_config() -> None:
         best = best_plan(curve, 0.0, case.policy, 1.0, backlog=False).candidate
         b = free.batching
         now_carries = law.candidate(curve, b.max_batch_size, b.max_queue_delay_microseconds, case.policy, 1.0)
-        fragile = (
-            now_carries.carries() * law.FRAGILE_FACTOR < best.carries() or b.max_batch_size < case.policy.warmup_max
-        )
+        fragile = law.is_fragile(curve, now_carries, case.policy)
         if fragile:
             moved += 1
             assert d.changed and d.replicas == free.replicas, (i, d.reason)
