@@ -330,8 +330,11 @@ def candidate(curve: Curve, max_batch: int, delay_us: int, policy: Policy, calib
     """What the model says of one batching config for one replica."""
     t = curve.ms
     cap = _capacity(tuple(curve.sizes), tuple(curve.times), max_batch, delay_us)
-    aim = policy.aim_ms / max(calibration, 1e-6)
-    robust = max_rate(t, max_batch, delay_us, policy.instances, aim, policy.percentile, cap)
+    # Every target binds: the load a config carries is the least it carries within any of them.
+    robust = min(
+        max_rate(t, max_batch, delay_us, policy.instances, policy.headroom * slo / max(calibration, 1e-6), pct, cap)
+        for pct, slo in ((policy.percentile, policy.slo_ms), *policy.other_targets)
+    )
     capacity = cap
     full = 1000.0 * max_batch / t(max_batch)
     if full < cap:
@@ -504,6 +507,9 @@ def _completions_plus_growth(obs: Observation) -> float:
 
 
 def _read(obs: Observation, p_ms: float, rate: float, in_force: InForce, policy: Policy) -> _Reading:
+    seen = dict(obs.other_percentiles)
+    # (target ms, observed ms) of the other targets observed in this window (a missing one says nothing).
+    others = [(slo, ms) for pct, slo in policy.other_targets if (ms := seen.get(pct)) is not None]
     delay_ms = in_force.batching.max_queue_delay_microseconds / 1000
     waiting_ms = (obs.queue_ms or 0.0) - delay_ms
     backlog_ms = min(
@@ -523,8 +529,10 @@ def _read(obs: Observation, p_ms: float, rate: float, in_force: InForce, policy:
         rate=rate,
         demand_rps=demand,
         saturated=saturated,
-        over=p_ms > policy.aim_ms,
-        comfortable=p_ms < policy.comfort_ms and not saturated,
+        over=p_ms > policy.aim_ms or any(ms > policy.headroom * slo for slo, ms in others),
+        comfortable=p_ms < policy.comfort_ms
+        and not saturated
+        and all(ms < policy.headroom * policy.headroom * slo for slo, ms in others),
         overloaded=p_ms > policy.slo_ms and queued and not draining,
         draining=draining,
         backlog=backlog if saturated else 0.0,

@@ -43,6 +43,8 @@ class Observation(_Frozen):
     sample_count: int | None = None
     # Triton's per-batch-size statistics over the window (deltas): the live service-time curve.
     batch_stats: tuple[BatchSample, ...] = ()
+    # The other targets' percentiles over the same window: (percentile, ms or None when missing).
+    other_percentiles: tuple[tuple[float, float | None], ...] = ()
 
     @property
     def window_start(self) -> datetime:
@@ -82,6 +84,9 @@ class Policy(_Frozen):
     build_curve: tuple[CurvePoint, ...] = ()
     # Largest warmup batch the config renders: Triton refuses a max_batch_size below it.
     warmup_max: int = 1
+    # Further targets beside (percentile, slo_ms), e.g. P50 <= 8 ms with P99 <= 30 ms: (percentile, ms) pairs.
+    # The tuner keeps all of them; the tightest binds.
+    other_targets: tuple[tuple[float, float], ...] = ()
     # Scale in only to what the highest demand of this many seconds needs (HPA's scale-down default).
     scale_in_window_seconds: float = 300.0
 
