@@ -8,6 +8,7 @@ pydantic validators (so the operator judges objects the same way when it reads t
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -141,6 +142,12 @@ class EngineStore(Model):
     ] = "tailtune-engines"
 
 
+BLANK_BUILDER_IMAGE = (
+    "engine.builderImage must be an image reference without blanks (e.g. registry/engine-builder:tag); "
+    "leave it out to use the default"
+)
+
+
 class Engine(Model):
     """How the serving engine is built."""
 
@@ -154,6 +161,11 @@ class Engine(Model):
             "self.backend != 'onnxruntime' || self.precision == 'fp32'",
             "backend onnxruntime serves the ONNX model as it is: set engine.precision to fp32",
             ".precision",
+        ),
+        (
+            "!has(self.builderImage) || self.builderImage.matches('^\\\\S+$')",
+            BLANK_BUILDER_IMAGE,
+            ".builderImage",
         ),
     )
 
@@ -194,6 +206,8 @@ class Engine(Model):
             raise ValueError("precision int8 needs engine.calibrationCacheUri")
         if self.backend == "onnxruntime" and self.precision != "fp32":
             raise ValueError("backend onnxruntime serves the ONNX model as it is: set engine.precision to fp32")
+        if not re.fullmatch(r"\S+", self.builder_image):
+            raise ValueError(BLANK_BUILDER_IMAGE)
         return self
 
 
@@ -339,8 +353,29 @@ class IntRange(Model):
         return self
 
 
+# Triton's own bound, as serving.batching.maxQueueDelayMicroseconds has it: the tuner must stay within it.
+MAX_QUEUE_DELAY_US = 1_000_000
+PREFERRED_ABOVE_TUNING_MAX = (
+    "every tuning.preferredBatchSizes entry must be <= tuning.maxBatchSize.max (a larger size could never be "
+    "used): remove it or raise tuning.maxBatchSize.max"
+)
+DELAY_ABOVE_CAP = (
+    f"tuning.queueDelayMicroseconds.max must be <= {MAX_QUEUE_DELAY_US} (1 s, the most Triton's "
+    "max_queue_delay_microseconds takes here): lower it"
+)
+
+
 class Tuning(Model):
     """The SLO autotuner."""
+
+    cel = (
+        (
+            "self.preferredBatchSizes.all(s, s <= self.maxBatchSize.max)",
+            PREFERRED_ABOVE_TUNING_MAX,
+            ".preferredBatchSizes",
+        ),
+        (f"self.queueDelayMicroseconds.max <= {MAX_QUEUE_DELAY_US}", DELAY_ABOVE_CAP, ".queueDelayMicroseconds.max"),
+    )
 
     enabled: Annotated[bool, Field(description="Tune batching and replicas from the observed latency.")] = True
     mode: Annotated[
@@ -368,6 +403,14 @@ class Tuning(Model):
     headroom: Annotated[float, Field(gt=0, lt=1, description="Aim P99 at this share of the SLO (hysteresis band).")] = (
         0.8
     )
+
+    @model_validator(mode="after")
+    def _rules(self) -> Tuning:
+        if any(s > self.max_batch_size.max for s in self.preferred_batch_sizes):
+            raise ValueError(PREFERRED_ABOVE_TUNING_MAX)
+        if self.queue_delay_microseconds.max > MAX_QUEUE_DELAY_US:
+            raise ValueError(DELAY_ABOVE_CAP)
+        return self
 
 
 class Metrics(Model):

@@ -176,6 +176,11 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("bad sha256", {"spec.model.sha256": "xyz"}, "spec.model.sha256"),
     ("tuning delay range inverted", {"spec.tuning.queueDelayMicroseconds": {"min": 500, "max": 100}},
      "min must be <= max"),
+    ("blank builder image", {"spec.engine.builderImage": " "}, "engine.builderImage must be an image reference"),
+    ("tuning preferred above tuning max", {"spec.tuning.preferredBatchSizes": [4, 64]},
+     "every tuning.preferredBatchSizes entry must be <= tuning.maxBatchSize.max"),
+    ("tuning delay above 1 s", {"spec.tuning.queueDelayMicroseconds": {"min": 0, "max": 5_000_000}},
+     "tuning.queueDelayMicroseconds.max must be <= 1000000"),
 ]  # fmt: skip
 
 

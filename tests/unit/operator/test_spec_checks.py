@@ -45,3 +45,16 @@ def test_rejection_names_the_spec_field_to_fix(kind: str, fields: tuple[str, ...
 def test_rejection_without_a_known_field_still_says_what_to_do() -> None:
     text = describe_rejection(make_isvc().obj(), "Job", "eng", "something odd", ())
     assert "something odd" in text and "fix the spec field it names" in text
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("spec.engine.builderImage", " ", "engine.builderImage must be an image reference without blanks"),
+        ("spec.tuning.preferredBatchSizes", [4, 64], "every tuning.preferredBatchSizes entry must be <="),
+        ("spec.tuning.queueDelayMicroseconds", {"min": 0, "max": 5_000_000}, "must be <= 1000000"),
+    ],
+)
+def test_the_parsed_spec_refuses_what_admission_refuses(path: str, value: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make_isvc().set(path, value).obj()
