@@ -501,6 +501,14 @@ class EngineStatus(Model):
     tensorrt_version: Annotated[str | None, Field(description="TensorRT version of the engine.")] = None
     gpu_product: Annotated[str | None, Field(description="GPU product the engine was built on.")] = None
     job_name: Annotated[str | None, Field(description="Build Job name.")] = None
+    engine_bytes: Annotated[
+        int | None,
+        Field(
+            ge=0,
+            description="Size of the built engine file in bytes (a hot reload needs this much free GPU memory "
+            "for the second copy).",
+        ),
+    ] = None
     inputs: Annotated[list[TensorSpec], Field(description="Engine inputs the build reported.")] = Field(
         default_factory=list
     )

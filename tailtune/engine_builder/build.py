@@ -125,7 +125,7 @@ def run_build(req: BuildRequest, machine: Machine, scratch: Path, clock: Callabl
     if key is None and req.sha256 is not None:
         key = _key(req, fetch.normalize_sha256(req.sha256), machine, calibration_digest)
     if key is not None and (hit := store.read_metadata(req.store, key)) is not None:
-        return BuildOutcome(cache_key=key, store_hit=True, entry=req.store / key, metadata=hit)
+        return BuildOutcome(cache_key=key, store_hit=True, entry=req.store / key, metadata=_sized(req.store / key, hit))
 
     started = clock()
     model = fetch.fetch(req.model_uri, scratch, pvc_root=machine.pvc_root, timeout_s=machine.fetch_timeout_s)
@@ -134,7 +134,9 @@ def run_build(req: BuildRequest, machine: Machine, scratch: Path, clock: Callabl
     if key is None:
         key = _key(req, model.sha256, machine, calibration_digest)
         if (hit := store.read_metadata(req.store, key)) is not None:
-            return BuildOutcome(cache_key=key, store_hit=True, entry=req.store / key, metadata=hit)
+            return BuildOutcome(
+                cache_key=key, store_hit=True, entry=req.store / key, metadata=_sized(req.store / key, hit)
+            )
 
     info = onnx_model.load_model_info(model.path)
     onnx_model.check_servable(info, backend=req.backend, max_batch=req.max_batch, dim_ranges=req.dim_ranges)
@@ -163,14 +165,16 @@ def _make_artifact(
 ) -> tuple[Callable[[Path], object], dict[str, Any]]:
     """Build the engine (tensorrt) or check the model loads (onnxruntime), and time it at the batch ladder.
 
-    Returns the artifact's writer and the runtime facts for the metadata (`serviceTime` when measured).
+    Returns the artifact's writer and the runtime facts for the metadata (`engineBytes`: the artifact's size,
+    which a hot reload needs free on the GPU a second time; `serviceTime` when measured).
     """
     sizes = timing.ladder(req.max_batch) if req.measure_service_time else ()
     if req.backend == "onnxruntime":
         checked = ort.check_loads(model_path)
         measured = ort.time_ladder(model_path, info.inputs, sizes, req.dim_ranges) if checked and sizes else ()
         return functools.partial(shutil.copyfile, model_path), {
-            "onnxruntimeVersion": ort.onnxruntime_version() if checked else None
+            "onnxruntimeVersion": ort.onnxruntime_version() if checked else None,
+            "engineBytes": model_path.stat().st_size,
         } | _service_time(measured)
     engine = trt.build_engine(
         model_path,
@@ -185,7 +189,17 @@ def _make_artifact(
         ),
     )
     measured = trt.time_engine(engine, sizes, req.dim_ranges) if sizes else ()
-    return functools.partial(Path.write_bytes, data=engine), _service_time(measured)
+    return functools.partial(Path.write_bytes, data=engine), {"engineBytes": len(engine)} | _service_time(measured)
+
+
+def _sized(entry: Path, metadata: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A store entry's metadata with `engineBytes`, measured from its artifact when an older builder left it out."""
+    if metadata.get("engineBytes") is not None or not isinstance(metadata.get("artifact"), str):
+        return metadata
+    try:
+        return {**metadata, "engineBytes": (entry / metadata["artifact"]).stat().st_size}
+    except OSError:
+        return metadata
 
 
 def _service_time(measured: timing.ServiceTime) -> dict[str, Any]:

@@ -96,6 +96,8 @@ def build_report(metadata: Mapping[str, Any], summary: str) -> str:
         "inputs": tensors("inputs"),
         "outputs": tensors("outputs"),
     }
+    if metadata.get("engineBytes") is not None:
+        report["engineBytes"] = metadata["engineBytes"]
     if metadata.get("serviceTime"):
         report["serviceTime"] = [{"batch": p["batch"], "ms": p["ms"]} for p in metadata["serviceTime"]]
     # Within Kubernetes' limit: drop the service time first (the tuner can measure it live), then all but the summary.

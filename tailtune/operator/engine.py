@@ -78,6 +78,7 @@ def engine_status(cache_key: str, store_pvc: str, info: EngineInfo | None, previ
         location=info.location or f"pvc://{store_pvc}/{cache_key}",
         tensorrt_version=info.tensorrt_version,
         gpu_product=info.gpu_product,
+        engine_bytes=info.engine_bytes,
         inputs=list(info.inputs),
         outputs=list(info.outputs),
     )
@@ -132,6 +133,7 @@ def _recorded(cache_key: str, isvc: InferenceService) -> EngineInfo | None:
         tensorrt_version=previous.tensorrt_version,
         gpu_product=previous.gpu_product,
         location=previous.location,
+        engine_bytes=previous.engine_bytes,
         inputs=tuple(previous.inputs),
         outputs=tuple(previous.outputs),
         service_time=(
@@ -152,10 +154,16 @@ def parse_build_report(message: str) -> EngineInfo | None:
         tensorrt_version=report.get("tensorrtVersion"),
         gpu_product=report.get("gpuProduct"),
         location=report.get("location"),
+        engine_bytes=_size(report.get("engineBytes")),
         inputs=inputs,
         outputs=outputs,
         service_time=_service_time(report.get("serviceTime")),
     )
+
+
+def _size(value: object) -> int | None:
+    """The report's `engineBytes`, or None when absent or not a size (never fatal)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _service_time(points: object) -> tuple[ServiceTimePoint, ...]:

@@ -24,6 +24,7 @@ class EngineInfo:
     tensorrt_version: str | None = None
     gpu_product: str | None = None
     location: str | None = None
+    engine_bytes: int | None = None  # the engine file's size (a hot reload holds two copies)
     inputs: tuple[TensorSpec, ...] = ()
     outputs: tuple[TensorSpec, ...] = ()
     service_time: tuple[ServiceTimePoint, ...] = ()  # timed at the batch ladder on the serving GPU product

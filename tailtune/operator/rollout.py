@@ -12,7 +12,8 @@ Timeline: the canary is reloaded; one window later (the canary's own P99 then co
 it is judged: P99 over the SLO, worse than the other pods by the margin, more errors, a failed reload or a
 readiness drop each reject it (rolled back on that pod); otherwise the rest are reloaded, `max_unavailable`
 at a time, each batch waited for. A canary that cannot be judged within two windows is rolled back, so
-pods never stay split between configs for longer than that, restart or not.
+pods never stay split between configs for longer than that, restart or not. A restart between the canary's
+reload and the record's update counts the window from the record's start (kept just before that reload).
 """
 
 from __future__ import annotations
@@ -166,8 +167,12 @@ def decide_rollout(
         return _roll_back(state, pods, f"the canary {state.canary} is no longer ready")
     on_target = canary.batching is not None and batching_equivalent(canary.batching, state.target)
     if state.since is None:
-        if on_target:  # reloaded before a restart lost the record's update: the window starts now
-            return RolloutStep((), state.model_copy(update={"since": now}), CANARY_WAITING, "canary on the target")
+        if on_target:
+            # Reloaded, then a restart lost the record's update. The record was kept just before that reload, so
+            # the canary has run the target since about `started`: its window counts from there, and a restart
+            # does not add a window of its own to the time the pods stay split.
+            resumed = state.model_copy(update={"since": min(state.started, now)})
+            return decide_rollout(resumed, pods, policy, now)
         return RolloutStep(
             ((state.canary, state.target),), state, CANARY_STARTED, f"reloading the canary {state.canary}"
         )
@@ -291,11 +296,40 @@ def _describe(b: Batching) -> str:
     return f"max batch {b.max_batch_size}, delay {b.max_queue_delay_microseconds} us"
 
 
+def describe_rollout(annotation_value: str | None, window_seconds: float | None = None) -> str:
+    """One line for `explain`: the rollout in flight (the `tailtune.io/rollout` value), which pod runs which
+    config and what happens next. Pure; an empty or unreadable value reads as no rollout."""
+    state = RolloutState.from_annotations({ROLLOUT_ANNOTATION: annotation_value or ""})
+    if state is None:
+        return "no rollout in flight"
+    change = f"{_describe(state.target)} (from {_describe(state.previous)})"
+    started = f"started {_stamp(state.started)}" + (f" at {state.demand_rps:.0f} req/s" if state.demand_rps else "")
+    why = f"; the tuner's reason: {state.reason}" if state.reason else ""
+    if state.stage == "rolling-back":
+        return f"rolling back {change} on the pods that took it ({started}): {state.verdict}"
+    if state.stage == "promoting":
+        return f"promoting {change} to the other pods, one batch at a time ({started}): {state.verdict}"
+    if state.since is None:
+        return f"canary {state.canary}: reloading with {change} ({started}){why}"
+    judged = ""
+    if window_seconds is not None:
+        judged = f", judged at {_stamp(state.since + rollout_window(window_seconds))}"
+    return (
+        f"canary {state.canary} runs {change} since {_stamp(state.since)}{judged}; the other pods keep "
+        f"{_describe(state.previous)} ({started}){why}"
+    )
+
+
+def _stamp(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def reload_fits(engine_bytes: int | None, used_bytes: float | None, total_bytes: float | None) -> bool | None:
     """Whether the GPU has room for a second copy of the engine during a reload; None when unknown.
 
-    Without the engine's size, the memory used now (engine, context, activations) stands in for it: a
-    reload needs at most that much again.
+    `engine_bytes` is the built engine's size (the build report's `engineBytes`, status.engine.engineBytes):
+    the second copy Triton loads before it swaps. Without it, the memory used now (engine, context,
+    activations) stands in for it: a reload needs at most that much again.
     """
     if used_bytes is None or total_bytes is None or total_bytes <= 0:
         return None

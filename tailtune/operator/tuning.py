@@ -383,7 +383,8 @@ async def _apply_hot(
         windows = {}
     annotations: dict[str, str] = {}
     if rollout is None:
-        if any(reload_fits(None, w.gpu_used_bytes, w.gpu_total_bytes) is False for w in windows.values()):
+        engine_bytes = info.engine_bytes if info is not None else None  # the build's size; else what is used
+        if any(reload_fits(engine_bytes, w.gpu_used_bytes, w.gpu_total_bytes) is False for w in windows.values()):
             # No room for a second copy of the engine: roll the pods (maxSurge 1, maxUnavailable 0, warm first).
             metrics.CONFIG_RELOADS.labels(ns, name, "rollout", "ok").inc()
             await cluster.emit_event(

@@ -83,6 +83,8 @@ def test_onnxruntime_layout_metadata_and_store_hit(cli: Cli, models: Models, htt
     # The engine timed at the ladder 1, 2, 4 ... --max-batch: the build's service-time curve.
     assert [p["batch"] for p in report["serviceTime"]] == [1, 2, 4, 8]
     assert all(p["ms"] > 0 and round(p["ms"], 3) == p["ms"] for p in report["serviceTime"])
+    # The engine's size: what a hot reload needs free on the GPU a second time.
+    assert report["engineBytes"] == models.dynamic.stat().st_size
 
     entry = store / key
     assert sorted(p.relative_to(entry).as_posix() for p in entry.rglob("*")) == [
@@ -118,6 +120,7 @@ def test_onnxruntime_layout_metadata_and_store_hit(cli: Cli, models: Models, htt
         "builderVersion": "x",
         "onnxruntimeVersion": "x",
         "serviceTime": "x",
+        "engineBytes": models.dynamic.stat().st_size,
     }
     assert metadata["onnxruntimeVersion"] == onnxruntime.__version__
 
@@ -134,6 +137,12 @@ def test_onnxruntime_layout_metadata_and_store_hit(cli: Cli, models: Models, htt
     assert json.loads(again.termination_log)["message"] == f"{key} found in the store at {entry}; build skipped"
     assert json.loads(again.termination_log)["serviceTime"] == metadata["serviceTime"]  # a hit reports it too
     assert (entry / "metadata.json").stat().st_mtime_ns == written
+    assert json.loads(again.termination_log)["engineBytes"] == report["engineBytes"]
+    # An entry an older builder left without the size: a hit measures its artifact.
+    (entry / "metadata.json").write_text(json.dumps({k: v for k, v in metadata.items() if k != "engineBytes"}))
+    old = cli.run(*_ort_args(uri, store))
+    assert old.code == 0, old.stderr
+    assert json.loads(old.termination_log)["engineBytes"] == report["engineBytes"]
 
     # With --sha256 the key is known up front: a hit needs no fetch, so a dead URI does not matter.
     dead = f"http://127.0.0.1:{_closed_port()}/dynamic.onnx"

@@ -17,6 +17,7 @@ from tailtune.operator.rollout import (
     RolloutState,
     advance_rollout,
     decide_rollout,
+    describe_rollout,
     reload_fits,
     start_rollout,
 )
@@ -146,13 +147,18 @@ def test_canary_without_latency_for_two_windows_is_rolled_back() -> None:
 
 
 def test_restart_resumes_from_the_record_and_what_the_pods_show() -> None:
-    # Died after the canary reload but before the record said so: the window starts at the resume.
+    # Died after the canary reload but before the record said so: the record was kept just before that reload,
+    # so the window counts from its start, not from the resume (a restart adds no window to the split).
     pods = Pods()
     pods.live["10.0.0.1"] = NEW
     record = RolloutState.from_annotations(started().to_annotation())
     assert record is not None
     step, _ = run(record, pods, T0 + timedelta(seconds=5))
-    assert step.state is not None and step.state.since == T0 + timedelta(seconds=5) and pods.reloads == []
+    assert step.state is not None and step.state.since == T0 and pods.reloads == []
+    assert step.code == "CanaryWaiting" and "55 s" in step.message
+    late = Pods()
+    late.live["10.0.0.1"] = NEW
+    assert run(record, late, T0 + timedelta(seconds=61))[0].outcome == "promoted"  # judged at once
     # Died in the middle of promoting: the next operator reloads only the pods still on the old config.
     pods.live["10.0.0.2"] = NEW
     promoting = step.state.model_copy(update={"stage": "promoting", "verdict": "ok"})
@@ -230,3 +236,20 @@ def test_law_skips_a_config_rejected_at_this_load_for_a_while() -> None:
     assert rejected_now(state, 500.0, T0 + timedelta(minutes=5)) == frozenset()  # another load
     assert rejected_now(state, 200.0, T0 + timedelta(hours=1)) == frozenset()  # long ago
     assert TunerState.from_dict(state.to_dict()) == state
+
+
+def test_describe_rollout_for_explain() -> None:
+    assert describe_rollout(None) == describe_rollout("") == describe_rollout("{bad") == "no rollout in flight"
+    record = started()
+    text = describe_rollout(record.to_annotation()["tailtune.io/rollout"])
+    assert text.startswith("canary 10.0.0.1: reloading with max batch 8, delay 500 us (from max batch 4, delay 0 us)")
+    assert "120 req/s" in text and "the law's reason" in text
+    waiting = record.model_copy(update={"since": T0})
+    text = describe_rollout(waiting.to_annotation()["tailtune.io/rollout"], 30.0)
+    assert "canary 10.0.0.1 runs max batch 8" in text and "judged at 2026-01-01T12:01:00Z" in text
+    assert "other pods keep max batch 4" in text
+    promoting = waiting.model_copy(update={"stage": "promoting", "verdict": "canary P99 30 ms within"})
+    assert describe_rollout(promoting.to_annotation()["tailtune.io/rollout"]).startswith("promoting max batch 8")
+    back = waiting.model_copy(update={"stage": "rolling-back", "verdict": "P99 over the SLO"})
+    text = describe_rollout(back.to_annotation()["tailtune.io/rollout"])
+    assert text.startswith("rolling back max batch 8") and text.endswith("P99 over the SLO")
