@@ -157,6 +157,52 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _bring_up()
 
 
+# ------------------------------------------------------------------------------- fault → recovery table
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """One row of the closing table: a fault, what the user saw, what was lost or duplicated, time to recover."""
+
+    fault: str
+    seen: str
+    lost: str
+    recover_s: float
+
+
+@dataclass
+class RecoveryTable:
+    """Rows the fault tests record; written to tests/e2e/out/faults.md and printed at the end of the session."""
+
+    rows: list[Recovery]
+
+    def record(self, fault: str, seen: str, lost: str, recover_s: float) -> None:
+        self.rows.append(Recovery(fault, seen, lost, recover_s))
+
+    def markdown(self) -> str:
+        lines = ["| fault | what the user saw | lost / duplicated | time to recover |", "|---|---|---|---|"]
+        lines += [f"| {r.fault} | {r.seen} | {r.lost} | {r.recover_s:.1f} s |" for r in self.rows]
+        return "\n".join(lines) + "\n"
+
+
+_recoveries = RecoveryTable([])
+FAULTS_MD = E2E_DIR / "out" / "faults.md"
+
+
+@pytest.fixture(scope="session")
+def recovery_table() -> RecoveryTable:
+    """The session's fault → recovery table (see RecoveryTable)."""
+    return _recoveries
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _recoveries.rows:
+        FAULTS_MD.parent.mkdir(exist_ok=True)
+        FAULTS_MD.write_text(_recoveries.markdown())
+        terminalreporter.write_sep("=", f"fault → recovery ({FAULTS_MD.relative_to(REPO)})")
+        terminalreporter.write(_recoveries.markdown())
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if _session.started_here and os.environ.get("TAILTUNE_KEEP_CLUSTER") != "1":
         result = _run_local_cluster("down")

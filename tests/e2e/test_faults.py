@@ -9,17 +9,21 @@ from __future__ import annotations
 import copy
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
 
+from devkit.cluster import Layout, LocalCluster, command_lines, recorded, start, state_dir, stop
+from devkit.procs import Process
 from tests.e2e.test_operator import OperatorProcess, condition, engine_store, example, jobs, wait_condition
 
 if TYPE_CHECKING:
-    from tests.e2e.conftest import Cluster
+    from tests.e2e.conftest import Cluster, RecoveryTable
 
 pytestmark = pytest.mark.e2e
 
@@ -280,3 +284,122 @@ def test_operator_killed_with_a_refused_child_tells_it_once(
     assert len(rejected) == 1, [e["message"] for e in rejected]
     assert [d["metadata"]["name"] for d in cluster.get("deployments", namespace=namespace)["items"]] == []
     assert len(jobs(cluster, namespace)) == 1
+
+
+# ------------------------------------------------------------------------------ control plane restarts
+
+_restarted: list[Process] = []  # components this module restarted: kept referenced, they outlive the session
+
+
+def restart_component(cluster: Cluster, name: str, down_s: float) -> float:
+    """Stops a component of the local cluster by the PID `up` recorded, waits `down_s`, starts it again with
+    the same command line and waits for the API server's /readyz; returns the monotonic time it was ready."""
+    if os.environ.get("TAILTUNE_KUBECONFIG"):
+        pytest.skip("TAILTUNE_KUBECONFIG: not a cluster this suite started, its processes are not ours")
+    layout = Layout(state_dir())
+    state = LocalCluster.load(layout.state)
+    stop(name, recorded(layout)[name])
+    time.sleep(down_s)
+    _restarted.append(start(layout, name, command_lines(layout, Path(state.bin_dir), state.ports)[name]))
+
+    def ready() -> bool:
+        return cluster.kubectl("get", "--raw", "/readyz", check=False, timeout_s=10).returncode == 0
+
+    cluster.wait_for(f"the API server ready after restarting {name}", ready, 60)
+    return time.monotonic()
+
+
+def ready_with_replicas(cluster: Cluster, namespace: str, name: str, replicas: int) -> bool:
+    tis = cluster.get("tis", name, namespace)
+    ready = condition(tis, "Ready")
+    return bool(
+        ready
+        and ready["status"] == "True"
+        and tis["status"]["replicas"]["desired"] == replicas
+        and tis["status"]["observedGeneration"] == tis["metadata"]["generation"]
+    )
+
+
+@pytest.mark.parametrize(("component", "down_s"), [("kube-apiserver", 5), ("etcd", 5)])
+def test_control_plane_restart_is_survived(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, recovery_table: RecoveryTable, component: str,
+    down_s: float,
+) -> None:  # fmt: skip
+    engine_store(cluster, namespace)
+    cluster.apply(example(), namespace=namespace)
+    wait_condition(cluster, operator, namespace, "resnet50", "Ready", "True")
+    back = restart_component(cluster, component, down_s)
+    assert operator.alive(), "the operator exited while the control plane was down"
+    cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--type=merge", "-p",
+                    '{"spec": {"serving": {"replicas": {"min": 2, "max": 4}}}}')  # fmt: skip
+    try:
+        cluster.wait_for(
+            "status to move after the restart", lambda: ready_with_replicas(cluster, namespace, "resnet50", 2), 45
+        )
+    except BaseException:
+        print("operator log:\n" + operator.log_tail(), file=sys.stderr)
+        raise
+    recover_s = time.monotonic() - back
+    print(f"{component} down {down_s} s: a spec change reached Ready {recover_s:.1f} s after it was back")
+    assert operator.alive()
+    assert cluster.get("deployment", "resnet50-triton", namespace)["spec"]["replicas"] == 2
+    assert len(jobs(cluster, namespace)) == 1
+    recovery_table.record(
+        f"{component} stopped {down_s:.0f} s and restarted",
+        "status frozen while down (reads fail); operator stays up and reconnects; a spec change made after "
+        "reaches Ready",
+        "nothing; 1 Job, 1 Deployment",
+        recover_s,
+    )
+
+
+# ------------------------------------------------------------------------------ operator SIGKILL mid-roll
+
+
+def test_operator_killed_during_a_rolling_change_converges(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, recovery_table: RecoveryTable
+) -> None:
+    engine_store(cluster, namespace)
+    doc = example()
+    doc["spec"]["tuning"] = {"mode": "rolling"}
+    cluster.apply(doc, namespace=namespace)
+    wait_condition(cluster, operator, namespace, "resnet50", "Ready", "True")
+    before = cluster.get("deployment", "resnet50-triton", namespace)
+    patch = (
+        '{"spec": {"serving": {"batching": {"maxBatchSize": 4, "preferredBatchSizes": [4]}},'
+        ' "warmup": {"batchSizes": [1, 4]}}}'
+    )
+    cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--type=merge", "-p", patch)
+    time.sleep(0.3)  # the operator has seen the change and is applying it
+    operator.kill()
+    operator.start()
+    restarted = time.monotonic()
+
+    def rolled() -> bool:
+        tis = cluster.get("tis", "resnet50", namespace)
+        dep = cluster.get("deployment", "resnet50-triton", namespace)
+        ready = condition(tis, "Ready")
+        return bool(
+            ready
+            and ready["status"] == "True"
+            and tis["status"]["observedGeneration"] == tis["metadata"]["generation"]
+            and tis["status"]["batching"]["maxBatchSize"] == 4
+            and dep["metadata"]["generation"] > before["metadata"]["generation"]
+            and dep["status"].get("updatedReplicas") == dep["status"].get("readyReplicas") == 1
+        )
+
+    cluster.wait_for("the rolling change done after the restart", rolled, 45)
+    recover_s = time.monotonic() - restarted
+    cm = cluster.get("configmap", "resnet50-triton-config", namespace)
+    assert "max_batch_size: 4" in cm["data"]["config.pbtxt"]
+    assert [d["metadata"]["name"] for d in cluster.get("deployments", namespace=namespace)["items"]] == [
+        "resnet50-triton"
+    ]
+    assert len(jobs(cluster, namespace)) == 1
+    assert operator.alive()
+    recovery_table.record(
+        "operator SIGKILLed 0.3 s into a rolling change",
+        "no duplicate or half-applied children; the restarted operator finishes the roll, status shows the new batch",
+        "nothing; 1 Job, 1 Deployment",
+        recover_s,
+    )
