@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from tailtune.tuner.whatif import PiecewiseCurve, Setup, read_curve, run_policy, summarize
+from tailtune.sim.curves import PiecewiseCurve
+from tailtune.tuner.whatif import Setup, read_curve, run_policy, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "bench" / "out" / "tuner"

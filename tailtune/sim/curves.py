@@ -57,6 +57,33 @@ class TableCurve:
         return t0 * math.exp(slope * math.log(batch / b0))
 
 
+@dataclass(frozen=True)
+class PiecewiseCurve:
+    """A measured curve: linear between points, flat below the first; the last point is the engine's max."""
+
+    points: tuple[tuple[int, float], ...]
+    label: str = "curve"
+
+    @property
+    def name(self) -> str:
+        """The curve's label."""
+        return self.label
+
+    @property
+    def engine_max(self) -> int:
+        """Largest batch the curve (the engine profile) covers."""
+        return self.points[-1][0]
+
+    def ms(self, batch: int) -> float:
+        """Execution time in ms (linear past the last point along the last segment)."""
+        pts = self.points
+        if batch <= pts[0][0]:
+            return pts[0][1]
+        k = next((i for i in range(1, len(pts)) if batch <= pts[i][0]), len(pts) - 1)
+        (b0, t0), (b1, t1) = pts[k - 1], pts[k]
+        return t0 + (t1 - t0) * (batch - b0) / (b1 - b0)
+
+
 def linear_power(a_ms: float = 2.0, c_ms: float = 0.4, p: float = 1.3) -> LinearPower:
     """The curve of the emulated accelerator: t(b) = a + c * b**p (default 2 ms + 0.4 ms * b^1.3)."""
     return LinearPower(a_ms=a_ms, c_ms=c_ms, p=p)

@@ -32,6 +32,7 @@ import numpy.typing as npt
 from tailtune.api.v1alpha1 import Batching
 from tailtune.sim import SimCluster
 from tailtune.sim.arrivals import piecewise_poisson
+from tailtune.sim.curves import PiecewiseCurve
 from tailtune.tuner.loop import tune_once
 from tailtune.tuner.servicetime import CurvePoint, ladder
 from tailtune.tuner.simobs import observation_from_sim
@@ -46,33 +47,6 @@ STEP_WINDOWS = 2
 
 class InputError(ValueError):
     """A bad curve or trace file: the message names the file, the line and the fix."""
-
-
-@dataclass(frozen=True)
-class PiecewiseCurve:
-    """A measured curve: linear between points, flat below the first; the last point is the engine's max."""
-
-    points: tuple[tuple[int, float], ...]
-    label: str = "curve"
-
-    @property
-    def name(self) -> str:
-        """The curve's label."""
-        return self.label
-
-    @property
-    def engine_max(self) -> int:
-        """Largest batch the curve (the engine profile) covers."""
-        return self.points[-1][0]
-
-    def ms(self, batch: int) -> float:
-        """Execution time in ms (linear past the last point along the last segment)."""
-        pts = self.points
-        if batch <= pts[0][0]:
-            return pts[0][1]
-        k = next((i for i in range(1, len(pts)) if batch <= pts[i][0]), len(pts) - 1)
-        (b0, t0), (b1, t1) = pts[k - 1], pts[k]
-        return t0 + (t1 - t0) * (batch - b0) / (b1 - b0)
 
 
 def read_curve(path: Path) -> PiecewiseCurve:

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from tailtune.sim.curves import PiecewiseCurve
 from tailtune.tuner.servicetime import ladder
-from tailtune.tuner.whatif import InputError, PiecewiseCurve, Setup, read_curve, read_trace, summarize
+from tailtune.tuner.whatif import InputError, Setup, read_curve, read_trace, summarize
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:
