@@ -167,6 +167,13 @@ def build_crd() -> JSON:
         {"name": "Delay", "type": "integer", "jsonPath": ".status.batching.maxQueueDelayMicroseconds"},
         {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas.ready"},
         {
+            "name": "Targets",
+            "type": "string",
+            "priority": 1,
+            "jsonPath": ".status.latency.targetsSummary",
+            "description": "Every spec.slo target: observed/target ms and whether it is met",
+        },
+        {
             "name": "Reason",
             "type": "string",
             "priority": 1,

@@ -330,12 +330,56 @@ class Warmup(Model):
     data: Annotated[Literal["zero", "random"], Field(description="Warmup input data.")] = "zero"
 
 
+class SloTarget(Model):
+    """A further latency target beside the primary one, e.g. P50 <= 8 ms."""
+
+    percentile: Annotated[float, Field(ge=50, le=99.99, description="Percentile the target applies to.")]
+    latency_ms: Annotated[float, Field(gt=0, le=600_000, description="Latency target in milliseconds.")]
+
+
 class Slo(Model):
-    """The latency objective."""
+    """The latency objective: a primary percentile target, and optionally further ones (all kept)."""
+
+    cel = (
+        (
+            "self.targets.all(t, t.percentile != self.percentile)",
+            "slo.targets must not repeat the primary percentile (slo.percentile)",
+            ".targets",
+        ),
+        (
+            "self.targets.all(a, self.targets.exists_one(b, b.percentile == a.percentile))",
+            "each percentile may appear once in slo.targets",
+            ".targets",
+        ),
+    )
 
     latency_ms: Annotated[float, Field(gt=0, le=600_000, description="Latency objective in milliseconds.")]
     percentile: Annotated[float, Field(ge=50, le=99.99, description="Percentile the objective applies to.")] = 99
     window_seconds: Annotated[int, Field(ge=10, le=3600, description="Evaluation window.")] = 60
+    targets: Annotated[
+        list[SloTarget],
+        Field(
+            max_length=8,
+            description="Further targets over the same window, e.g. [{percentile: 50, latencyMs: 8}]; the tuner "
+            "keeps all of them (the tightest binds) and SLOMet is False when any is missed.",
+        ),
+    ] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _distinct_percentiles(self) -> Slo:
+        seen = [self.percentile, *(t.percentile for t in self.targets)]
+        if len(set(seen)) != len(seen):
+            raise ValueError("slo.targets must not repeat a percentile (nor the primary slo.percentile)")
+        return self
+
+    def all_targets(self) -> tuple[tuple[float, float], ...]:
+        """(percentile, ms) of every target, the primary first, then the others by percentile."""
+        others = sorted((t.percentile, t.latency_ms) for t in self.targets)
+        return ((self.percentile, self.latency_ms), *others)
+
+    def other_targets(self) -> tuple[tuple[float, float], ...]:
+        """(percentile, ms) of the targets beside the primary, by percentile."""
+        return self.all_targets()[1:]
 
 
 class IntRange(Model):
@@ -547,6 +591,56 @@ class BatchingStatus(Model):
     reason: Annotated[str | None, Field(description="Why.")] = None
 
 
+class TargetStatus(Model):
+    """One latency target against its observed value over the window."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+    percentile: Annotated[float, Field(description="Percentile of the target.")]
+    target_ms: Annotated[float, Field(description="Target, ms.")]
+    observed_ms: Annotated[
+        float | None, Field(description="Observed over the window, ms (empty: no data, or above every bucket).")
+    ] = None
+    met: Annotated[bool | None, Field(description="Observed within the target (empty: not judged).")] = None
+
+
+class BatchCount(Model):
+    """How many batches of one size Triton executed over the window."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+    batch: Annotated[int, Field(description="Batch size.")]
+    count: Annotated[int, Field(description="Executions of that size.")]
+    ms: Annotated[float | None, Field(description="Mean execution time of one such batch, ms.")] = None
+
+
+class LatencyBreakdown(Model):
+    """Where a request's time goes, mean ms per request over the window, from Triton's counters summed over pods."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+    queue_ms: Annotated[float | None, Field(description="Queue and batching wait.")] = None
+    compute_input_ms: Annotated[float | None, Field(description="Copying inputs to the device.")] = None
+    compute_infer_ms: Annotated[float | None, Field(description="Executing the model.")] = None
+    compute_output_ms: Annotated[float | None, Field(description="Copying outputs back.")] = None
+    rest_ms: Annotated[float | None, Field(description="Triton's request time outside these steps.")] = None
+    request_ms: Annotated[float | None, Field(description="Triton's whole request time.")] = None
+    mean_batch: Annotated[float | None, Field(description="Mean batch size executed.")] = None
+    batches: Annotated[
+        list[BatchCount], Field(description="Batch sizes executed over the tuner's last interval (batch stats).")
+    ] = Field(default_factory=list)
+    server_ms: Annotated[
+        float | None, Field(description="Triton's own latency at the SLO percentile (with metrics.latencyQuery).")
+    ] = None
+    outside_ms: Annotated[
+        float | None,
+        Field(
+            description="metrics.latencyQuery's figure minus Triton's own at the SLO percentile: time outside "
+            "Triton (network, client, gateway, pre/post-processing)."
+        ),
+    ] = None
+
+
 class LatencyStatus(Model):
     """Last observation of the latency signal."""
 
@@ -587,6 +681,13 @@ class LatencyStatus(Model):
     infeasible: Annotated[
         str | None, Field(description="The tuner's SLOInfeasible reason (demand beyond the bounds), if any.")
     ] = None
+    targets: Annotated[
+        list[TargetStatus], Field(description="Every target of spec.slo (the primary first) against its figure.")
+    ] = Field(default_factory=list)
+    targets_summary: Annotated[
+        str | None, Field(description="The targets in one line, e.g. 'P50 6.1/8 ok, P99.9 91/80 MISSED' (ms).")
+    ] = None
+    breakdown: Annotated[LatencyBreakdown | None, Field(description="Where the time goes over the window.")] = None
 
 
 class ServiceTimePoint(Model):

@@ -193,6 +193,8 @@ def prometheus_reader(isvc: InferenceService) -> PrometheusReader:
         spec.slo.window_seconds,
         latency_query=spec.metrics.latency_query,
         timeout_seconds=spec.metrics.timeout_seconds,
+        other_percentiles=tuple(p for p, _ in spec.slo.other_targets()),
+        breakdown=True,
     )
 
 

@@ -10,10 +10,16 @@ from contextlib import suppress
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from tailtune.api.v1alpha1 import LatencyStatus
+
 __all__ = [
+    "BATCH_SIZE_MEAN",
     "CONFIG_RELOADS",
     "ENGINE_BUILDS",
     "ERRORS",
+    "LATENCY_BREAKDOWN_MS",
+    "LATENCY_OBSERVED_MS",
+    "LATENCY_TARGET_MS",
     "P99_OBSERVED_MS",
     "RECONCILES",
     "RECONCILE_DURATION",
@@ -21,6 +27,7 @@ __all__ = [
     "SLO_MS",
     "TUNER_DECISIONS",
     "forget_inference_service",
+    "record_latency",
     "start_metrics_server",
 ]
 
@@ -50,8 +57,55 @@ CONFIG_RELOADS = Counter(
     ["namespace", "name", "mode", "result"],
 )
 ENGINE_BUILDS = Counter("tailtune_engine_builds", "Engine build Jobs that finished, by result.", ["result"])
+LATENCY_OBSERVED_MS = Gauge(
+    "tailtune_latency_observed_ms",
+    "Latency at each spec.slo target's percentile over the tuner's last window, ms.",
+    ["namespace", "name", "percentile"],
+)
+LATENCY_TARGET_MS = Gauge(
+    "tailtune_latency_target_ms", "Each spec.slo target, ms.", ["namespace", "name", "percentile"]
+)
+LATENCY_BREAKDOWN_MS = Gauge(
+    "tailtune_latency_breakdown_ms",
+    "Where a request's time goes over the tuner's last window, mean ms per request; part is queue, "
+    "compute_input, compute_infer, compute_output, rest (inside Triton) or outside (metrics.latencyQuery's "
+    "figure minus Triton's at the SLO percentile).",
+    ["namespace", "name", "part"],
+)
+BATCH_SIZE_MEAN = Gauge(
+    "tailtune_batch_size_mean", "Mean batch size Triton executed over the tuner's last window.", ["namespace", "name"]
+)
+_PARTS = ("queue", "compute_input", "compute_infer", "compute_output", "rest", "outside")
 
-_PER_SERVICE_GAUGES = (P99_OBSERVED_MS, SLO_MS)
+_PER_SERVICE_GAUGES = (P99_OBSERVED_MS, SLO_MS, BATCH_SIZE_MEAN)
+_LABELLED: dict[tuple[str, str], set[tuple[Gauge, str]]] = {}
+
+
+def _set(gauge: Gauge, namespace: str, name: str, label: str, value: float | None) -> None:
+    """Set one labelled gauge, or drop it when the value is gone (a blank beats a stale figure)."""
+    if value is None:
+        with suppress(KeyError):
+            gauge.remove(namespace, name, label)
+        return
+    gauge.labels(namespace, name, label).set(value)
+    _LABELLED.setdefault((namespace, name), set()).add((gauge, label))
+
+
+def record_latency(namespace: str, name: str, latency: LatencyStatus) -> None:
+    """Export one tuner window: each target and its figure, where the time goes, the mean batch."""
+    for t in latency.targets:
+        _set(LATENCY_TARGET_MS, namespace, name, f"{t.percentile:g}", t.target_ms)
+        _set(LATENCY_OBSERVED_MS, namespace, name, f"{t.percentile:g}", t.observed_ms)
+    b = latency.breakdown
+    values = (
+        (b.queue_ms, b.compute_input_ms, b.compute_infer_ms, b.compute_output_ms, b.rest_ms, b.outside_ms)
+        if b is not None
+        else (None,) * len(_PARTS)
+    )
+    for part, value in zip(_PARTS, values, strict=True):
+        _set(LATENCY_BREAKDOWN_MS, namespace, name, part, value)
+    if b is not None and b.mean_batch is not None:
+        BATCH_SIZE_MEAN.labels(namespace, name).set(b.mean_batch)
 
 
 def forget_inference_service(namespace: str, name: str) -> None:
@@ -62,6 +116,9 @@ def forget_inference_service(namespace: str, name: str) -> None:
     for state in ("desired", "ready"):
         with suppress(KeyError):
             REPLICAS.remove(namespace, name, state)
+    for gauge, label in _LABELLED.pop((namespace, name), set()):
+        with suppress(KeyError):
+            gauge.remove(namespace, name, label)
 
 
 def start_metrics_server(port: int) -> None:

@@ -24,7 +24,15 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import ValidationError
 
 from tailtune.api.keys import GRPC_PORT, ROLLOUT_ANNOTATION
-from tailtune.api.v1alpha1 import Batching, InferenceService, LatencyStatus, ObjectMeta
+from tailtune.api.v1alpha1 import (
+    BatchCount,
+    Batching,
+    InferenceService,
+    LatencyBreakdown,
+    LatencyStatus,
+    ObjectMeta,
+    TargetStatus,
+)
 from tailtune.operator import metrics
 from tailtune.operator.engine import build_curve, engine_cache_key, engine_info, io_known
 from tailtune.operator.inforce import in_force as config_in_force
@@ -122,10 +130,11 @@ def latency_status(
     isvc: InferenceService | float,
     now: datetime,
     decision: Decision | None = None,
+    batch_stats: tuple[BatchSample, ...] = (),
 ) -> LatencyStatus:
     """status.latency from one read: the figure, the window it covers and its source, whether it reaches back
-    before the last change (then `cleanMs` stays empty: the config in force has no clean window yet), and why
-    it cannot be judged when it cannot."""
+    before the last change (then `cleanMs` stays empty: the config in force has no clean window yet), why
+    it cannot be judged when it cannot, every target against its figure, and where the time goes."""
     if isinstance(read, Observation):  # a bare observation: no source or problem known
         read = LatencyRead(Signal(observation=read, source="userQuery"))
     percentile = isvc if isinstance(isvc, float | int) else isvc.spec.slo.percentile
@@ -149,6 +158,7 @@ def latency_status(
         problem, message = NO_LATENCY_DATA, _no_data_message(signal, percentile)
     elif not isinstance(isvc, float | int):
         message = _window_note(isvc, obs.span_seconds)
+    targets = [] if isinstance(isvc, float | int) else _target_statuses(isvc, obs, signal.above_range)
     return LatencyStatus(
         observed_ms=observed,
         percentile=percentile,
@@ -164,6 +174,65 @@ def latency_status(
         problem=problem or None,
         message=message or None,
         infeasible=infeasible,
+        targets=targets,
+        targets_summary=_targets_summary(targets) if len(targets) > 1 else None,
+        breakdown=_breakdown(signal, obs, batch_stats),
+    )
+
+
+def _target_statuses(isvc: InferenceService, obs: Observation, above_range: bool) -> list[TargetStatus]:
+    """Every target of spec.slo (the primary first) against its figure over the window."""
+    seen = {(isvc.spec.slo.percentile): math.inf if above_range else obs.p_latency_ms, **dict(obs.other_percentiles)}
+    out = []
+    for percentile, target in isvc.spec.slo.all_targets():
+        ms = seen.get(percentile)
+        out.append(
+            TargetStatus(
+                percentile=percentile,
+                target_ms=target,
+                observed_ms=None if ms is None or math.isinf(ms) else round(ms, 2),
+                met=None if ms is None else ms <= target,
+            )
+        )
+    return out
+
+
+def _targets_summary(targets: list[TargetStatus]) -> str:
+    """'P50 6.1/8 ok, P99 24/30 ok, P99.9 >bkt/80 MISSED' (observed/target ms): the wide printer column."""
+    parts = []
+    for t in targets:
+        shown = "-" if t.met is None else (f"{t.observed_ms:.3g}" if t.observed_ms is not None else "inf")
+        verdict = "?" if t.met is None else ("ok" if t.met else "MISSED")
+        parts.append(f"P{t.percentile:g} {shown}/{t.target_ms:g} {verdict}")
+    return ", ".join(parts)
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(v) else round(v, 3)
+
+
+def _breakdown(signal: Signal, obs: Observation, batch_stats: tuple[BatchSample, ...]) -> LatencyBreakdown | None:
+    """Where the time goes over the window (Triton's counters), the batch sizes executed, and the part outside
+    Triton when the SLO's figure is the user's end-to-end query."""
+    b = signal.breakdown
+    if b is None and not batch_stats and signal.server_ms is None:
+        return None
+    server = _r(signal.server_ms)
+    e2e = obs.p_latency_ms
+    outside = None if server is None or e2e is None or math.isinf(e2e) else round(e2e - server, 3)
+    return LatencyBreakdown(
+        queue_ms=_r(b.queue_ms) if b else None,
+        compute_input_ms=_r(b.input_ms) if b else None,
+        compute_infer_ms=_r(b.infer_ms) if b else None,
+        compute_output_ms=_r(b.output_ms) if b else None,
+        rest_ms=_r(b.rest_ms) if b else None,
+        request_ms=_r(b.request_ms) if b else None,
+        mean_batch=_r(obs.avg_batch),
+        batches=[
+            BatchCount(batch=s.batch, count=s.count, ms=_r(s.ms)) for s in sorted(batch_stats, key=lambda s: s.batch)
+        ],
+        server_ms=server if signal.source == "userQuery" else None,
+        outside_ms=outside if signal.source == "userQuery" else None,
     )
 
 
@@ -317,7 +386,8 @@ async def tune_step(
         annotations |= tuner_state_annotation(new_state)
     if annotations:
         await cluster.patch_annotations(isvc.metadata, annotations)
-    latency = latency_status(read, isvc, now, decision)
+    latency = latency_status(read, isvc, now, decision, observation.batch_stats)
+    metrics.record_latency(isvc.metadata.namespace, isvc.metadata.name, latency)
     old = isvc.status.latency
     if latency.model_copy(update={"observed_at": None}) != old.model_copy(update={"observed_at": None}):
         await cluster.patch_latency(isvc.metadata, latency)

@@ -169,16 +169,23 @@ class Signal:
     # The quantile lies above every histogram bucket (+Inf): over any SLO, not missing.
     above_range: bool = False
     latency_query: str = ""
+    # Where the time goes inside Triton over the same window (None: not read).
+    breakdown: Breakdown | None = None
+    # Triton's own figure at the SLO percentile when the SLO's comes from the user's (end-to-end) query.
+    server_ms: float | None = None
 
 
-def fill(template: str, target: Target, window_seconds: float) -> str:
-    """Substitute {namespace} {name} {model} {window} and nothing else (PromQL has braces of its own)."""
+def fill(template: str, target: Target, window_seconds: float, percentile: float | None = None) -> str:
+    """Substitute {namespace} {name} {model} {window} (and {quantile} {percentile} when given) and nothing else
+    (PromQL has braces of its own)."""
     values = {
         "namespace": target.namespace,
         "name": target.name,
         "model": target.model,
         "window": f"{round(window_seconds)}s",
     }
+    if percentile is not None:
+        values |= {"quantile": f"{percentile / 100:g}", "percentile": f"{percentile:g}"}
     for key, value in values.items():
         template = template.replace("{" + key + "}", value)
     return template
@@ -208,7 +215,7 @@ def build_queries(
     q = percentile / 100
     source: Source
     if latency_query is not None:
-        latency = f"({fill(latency_query, target, window_seconds)}) * 1000"
+        latency = f"({fill(latency_query, target, window_seconds, percentile)}) * 1000"
         span = window_seconds
         source, newest = "userQuery", f"max(timestamp(nv_inference_request_success{{{sel}}}))"
     elif histogram:
@@ -273,6 +280,8 @@ class PrometheusReader:
         *,
         latency_query: str | None = None,
         selector: str = DEFAULT_SELECTOR,
+        other_percentiles: tuple[float, ...] = (),
+        breakdown: bool = False,
     ) -> None:
         self._client = client
         self._target = target
@@ -280,6 +289,9 @@ class PrometheusReader:
         self._window = window_seconds
         self._latency_query = latency_query
         self._selector = selector
+        # Further targets' percentiles, read over the same window into `Observation.other_percentiles`.
+        self._others = other_percentiles
+        self._breakdown = breakdown
 
     @classmethod
     def connect(
@@ -292,23 +304,32 @@ class PrometheusReader:
         latency_query: str | None = None,
         selector: str = DEFAULT_SELECTOR,
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+        other_percentiles: tuple[float, ...] = (),
+        breakdown: bool = False,
     ) -> PrometheusReader:
         """A reader over Prometheus' HTTP API at this URL."""
         client = HttpPromClient(url, timeout_seconds)
-        return cls(client, target, percentile, window_seconds, latency_query=latency_query, selector=selector)
+        return cls(
+            client, target, percentile, window_seconds, latency_query=latency_query, selector=selector,
+            other_percentiles=other_percentiles, breakdown=breakdown,
+        )  # fmt: skip
 
-    def queries(self, at: datetime) -> Queries:
-        """The queries for the window ending at `at` (checks whether a latency histogram exists)."""
-        histogram = False
-        if self._latency_query is None:
-            sel = fill(self._selector, self._target, self._window)
-            histogram = (self._scalar(f"count(nv_inference_request_duration_us_bucket{{{sel}}})", at) or 0) > 0
+    def _histogram(self, at: datetime) -> bool:
+        sel = fill(self._selector, self._target, self._window)
+        return (self._scalar(f"count(nv_inference_request_duration_us_bucket{{{sel}}})", at) or 0) > 0
+
+    def queries(self, at: datetime, percentile: float | None = None, *, triton: bool = False) -> Queries:
+        """The queries for the window ending at `at` (checks whether a latency histogram exists), at the SLO's
+        percentile or another; `triton`: Triton's own figure even when the user gave a query."""
+        user = None if triton else self._latency_query
+        if user is not None and percentile is not None and "{quantile}" not in user and "{percentile}" not in user:
+            user = None  # the user's query is for the SLO's percentile only: other ones come from Triton's metrics
         return build_queries(
             self._target,
-            self._percentile,
+            self._percentile if percentile is None else percentile,
             self._window,
-            latency_query=self._latency_query,
-            histogram=histogram,
+            latency_query=user,
+            histogram=user is None and self._histogram(at),
             selector=self._selector,
         )
 
@@ -328,6 +349,14 @@ class PrometheusReader:
         )
         replicas = self._scalar(q.ready_replicas, at)
         requests = self._scalar(q.request_rate, at)
+        others: list[tuple[float, float | None]] = []
+        for percentile in self._others:
+            value, _, why = _latency(self._client.query(self.queries(at, percentile).latency_ms, at))
+            others.append((percentile, value))
+            ambiguous = ambiguous or (f"P{percentile:g}: {why}" if why else "")
+        server_ms = None
+        if q.source == "userQuery":
+            server_ms, _, _ = _latency(self._client.query(self.queries(at, triton=True).latency_ms, at))
         observation = Observation(
             window_end=window_end,
             span_seconds=q.span_seconds,
@@ -339,6 +368,7 @@ class PrometheusReader:
             queue_growth_rps=self._scalar(q.queue_growth_rps, at),
             ready_replicas=round(replicas) if replicas is not None else None,
             sample_count=round(requests * q.span_seconds) if requests is not None else None,
+            other_percentiles=tuple(others),
         )
         return Signal(
             observation=observation,
@@ -347,6 +377,8 @@ class PrometheusReader:
             ambiguous=ambiguous,
             above_range=above,
             latency_query=q.latency_ms,
+            breakdown=self.read_breakdown(at) if self._breakdown else None,
+            server_ms=server_ms,
         )
 
     def read_breakdown(self, at: datetime) -> Breakdown:

@@ -122,6 +122,7 @@ class Policy(_Frozen):
             instances=instances,
             build_curve=build_curve,
             warmup_max=max(1, min(warmup_max, batch_max)),
+            other_targets=slo.other_targets(),
         )
 
     @property

@@ -72,7 +72,7 @@ def test_printer_columns_and_names() -> None:
     crd = build_crd()
     version = crd["spec"]["versions"][0]
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "Ready", "SLO", "P99", "Batch", "Delay", "Replicas", "Reason", "Age",
+        "Ready", "SLO", "P99", "Batch", "Delay", "Replicas", "Targets", "Reason", "Age",
     ]  # fmt: skip
     assert crd["spec"]["names"]["shortNames"] == ["tis"]
     assert version["subresources"] == {"status": {}}
