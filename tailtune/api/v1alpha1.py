@@ -468,7 +468,8 @@ class Metrics(Model):
         Field(
             max_length=4096,
             description="PromQL returning the latency in seconds at the SLO percentile; may use {namespace}, "
-            "{name}, {model}, {window}. Defaults to Triton's own metrics.",
+            "{name}, {model}, {window}, and {quantile} (0.99) or {percentile} (99) to serve slo.targets too "
+            "(without them the further targets come from Triton's metrics). Defaults to Triton's own metrics.",
         ),
     ] = None
     timeout_seconds: Annotated[float, Field(gt=0, le=60, description="Timeout of every Prometheus query, seconds.")] = (
