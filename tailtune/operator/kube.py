@@ -195,6 +195,27 @@ class KubeCluster:
         self.applied_versions[key] = _version(manifest["kind"], meta)
 
     def drifted(self, kind: str, meta: dict[str, Any]) -> bool:
+    async def list_events(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The Events about this InferenceService, oldest first (`tailtune explain`); read only."""
+        fields = f"involvedObject.kind={KIND},involvedObject.name={name}"
+        found = await asyncio.to_thread(self.core.list_namespaced_event, namespace, field_selector=fields)
+        events = [
+            {
+                "type": e.type or "",
+                "reason": e.reason or "",
+                "message": e.message or "",
+                "count": e.count or 1,
+                "lastTimestamp": (
+                    e.last_timestamp or e.event_time or e.first_timestamp or e.metadata.creation_timestamp
+                ),
+            }
+            for e in found.items
+        ]
+        events.sort(key=lambda e: e["lastTimestamp"] or datetime.min.replace(tzinfo=UTC))
+        for e in events:
+            e["lastTimestamp"] = e["lastTimestamp"].strftime("%Y-%m-%dT%H:%M:%SZ") if e["lastTimestamp"] else None
+        return events
+
         """Whether a child's event shows a state our last apply did not leave (unknown children: no)."""
         ours = self.applied_versions.get(_child_key(kind, meta.get("namespace", ""), meta.get("name", "")))
         return ours is not None and ours != _version(kind, meta)
