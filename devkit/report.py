@@ -85,6 +85,18 @@ class Summary:
     # Seconds from the command to the load's start: t = 0 of every time in the report (x-axis, windows,
     # decisions); `timings_s` and `time_to_first_ready_s` count from the command and are shown on both clocks.
     load_start_s: float = 0.0
+    # Server-measured P99 (Triton's summary through Prometheus, its own 60 s window) per stretch label: the
+    # median of the ticks in the stretch; beside the client's P99, the difference is the time outside Triton.
+    server_p99_ms: dict[str, float | None] = field(default_factory=dict)
+
+
+def server_p99(ticks: Sequence[Tick], start_s: float, end_s: float) -> float | None:
+    """Median of Prometheus' P99 (Triton's own, 60 s summary) over the ticks in [start_s, end_s]. Pure."""
+    values = sorted(k.prom_p99_ms for k in ticks if start_s <= k.t <= end_s and k.prom_p99_ms is not None)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return round(values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2, 2)
 
 
 def rolling_p99(
@@ -190,6 +202,9 @@ def summarize(
         decisions=list(decisions),
         final_config=describe_config(ticks[-1]) if ticks else "",
         load_start_s=round(load_start_s, 1),
+        server_p99_ms={
+            w.label: server_p99(ticks, w.start_s, w.end_s) for w in (before, untuned, after) if w is not None
+        },
     )
 
 
@@ -247,12 +262,35 @@ def markdown(summary: Summary) -> str:
                 f"| {w.label} | {w.start_s:.0f} | {w.end_s:.0f} | {w.throughput_rps:g} | {_fmt(w.p50_ms)} "
                 f"| {p99} | {w.failed}/{w.sent} |"
             )
+    lines += ["", *client_vs_server(s)]
     lines += ["", "## Tuner decisions", ""]
     lines += [f"- t = {d.t:.0f} s: {d.config} — {d.reason}" for d in s.decisions] or ["- none"]
     lines += ["", before_after(s)]
     lines += ["", "## Timings", ""]
     lines += [f"- {k}: t = {v - s.load_start_s:.1f} s ({v:g} s after the command)" for k, v in s.timings_s.items()]
     return "\n".join(lines) + "\n"
+
+
+def client_vs_server(s: Summary) -> list[str]:
+    """Client-measured P99 (the load generator's) against server-measured (Triton's, through Prometheus) per
+    stretch: what lies between them is outside Triton (network, client, HTTP handling in front of the model)."""
+    lines = [
+        "## Client-measured vs server-measured",
+        "",
+        "Server: Triton's own P99 (its 60 s summary through Prometheus, median over the stretch); client: the load "
+        "generator's. `status.latency.breakdown` and `tailtune explain` split the server's time into queue, "
+        "compute and the rest.",
+        "",
+        "| stretch | client P99 (ms) | server P99 (ms) | outside Triton (ms) |",
+        "| --- | --- | --- | --- |",
+    ]
+    for w in (s.before, s.untuned_high, s.after):
+        if w is None:
+            continue
+        server = s.server_p99_ms.get(w.label)
+        outside = None if server is None or w.p99_ms is None else round(w.p99_ms - server, 2)
+        lines.append(f"| {w.label} | {_fmt(w.p99_ms)} | {_fmt(server)} | {_fmt(outside)} |")
+    return lines
 
 
 def write_report(

@@ -7,6 +7,7 @@ import itertools
 import math
 import random
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from devkit.report import (
     markdown,
     plot,
     rolling_p99,
+    server_p99,
     settle_time,
     summarize,
     write_report,
@@ -248,3 +250,21 @@ def test_decisions_come_from_the_config_in_force_annotation() -> None:
     assert Demo.last_change(isvc(InForce(batching=Batching(max_batch_size=1), replicas=1))) is None
     assert Demo.last_change({"metadata": {"annotations": {APPLIED_ANNOTATION: "{not json"}}}) is None
     assert Demo.last_change({"metadata": {}}) is None
+
+
+# ----------------------------------------------------------------------------------- issue 14: client vs server
+
+
+def test_client_measured_vs_server_measured_per_stretch() -> None:
+    samples = run(step_at=30, end=120, latency=40, bad_until=50)
+    with_server = [replace(k, prom_p99_ms=30.0 if k.t >= 60 else None) for k in ticks(120, 45)]
+    s = summarize(samples, with_server, [], slo_ms=SLO, step_at=30, low_rps=40, high_rps=130, end_s=120,
+                  time_to_first_ready_s=None, timings_s={})  # fmt: skip
+    assert s.server_p99_ms[s.after.label] == 30.0 and s.server_p99_ms[s.before.label] is None
+    assert server_p99(with_server, 0, 59) is None
+    text = markdown(s)
+    assert "## Client-measured vs server-measured" in text
+    assert s.after.p99_ms is not None
+    outside = round(s.after.p99_ms - 30.0, 2)
+    assert f"| {s.after.label} | {s.after.p99_ms:g} | 30 | {outside:g} |" in text
+    assert f"| {s.before.label} | {s.before.p99_ms:g} | n/a | n/a |" in text
