@@ -54,9 +54,7 @@ def test_default_queries_give_the_known_values(warm: PromEnv) -> None:
 
 
 def test_user_promql_replaces_the_latency_query(warm: PromEnv) -> None:
-    query = (
-        'min(nv_inference_request_summary_us{namespace="{namespace}",model="{model}",quantile="0.5"}) / 1e6'
-    )
+    query = 'min(nv_inference_request_summary_us{namespace="{namespace}",model="{model}",quantile="0.5"}) / 1e6'
     obs = _read(warm, "bert", latency_query=query)
     assert obs.p_latency_ms == pytest.approx(5.0)
     assert obs.span_seconds == WINDOW
@@ -87,3 +85,40 @@ def test_missing_series_give_none(warm: PromEnv) -> None:
     assert obs.queue_growth_rps is None
     assert obs.ready_replicas is None
     assert obs.sample_count is None
+
+
+# ---- issue 14: several targets over one window, where the time goes -------------------------------
+
+
+def test_other_targets_are_read_over_the_same_window(warm: PromEnv) -> None:
+    reader = PrometheusReader.connect(warm.url, Target("ml", "svc", "bert"), 99, WINDOW, other_percentiles=(50, 99.9))
+    obs = reader.read(datetime.now(UTC))
+    assert obs.p_latency_ms == pytest.approx(30.0)
+    # The worst pod's P50; Triton's summary of these pods carries no 0.999: no data, never a guess.
+    assert obs.other_percentiles == ((50, pytest.approx(7.0)), (99.9, None))
+
+
+def test_a_user_query_with_quantile_serves_every_target_and_tritons_own_figure_is_read_beside_it(
+    warm: PromEnv,
+) -> None:
+    query = 'max(nv_inference_request_summary_us{namespace="{namespace}",model="{model}",quantile="{quantile}"}) / 1e6'
+    reader = PrometheusReader.connect(
+        warm.url, Target("ml", "svc", "bert"), 99, WINDOW, latency_query=query, other_percentiles=(50,)
+    )
+    signal = reader.read_signal(datetime.now(UTC))
+    assert signal.source == "userQuery"
+    assert signal.observation.p_latency_ms == pytest.approx(30.0)
+    assert signal.observation.other_percentiles == ((50, pytest.approx(7.0)),)
+    assert signal.server_ms == pytest.approx(30.0)  # Triton's own P99: nothing outside Triton here
+
+
+def test_breakdown_from_tritons_counters_summed_over_pods(warm: PromEnv) -> None:
+    reader = PrometheusReader.connect(warm.url, Target("ml", "svc", "bert"), 99, WINDOW, breakdown=True)
+    b = reader.read_signal(datetime.now(UTC)).breakdown
+    assert b is not None
+    assert b.queue_ms == pytest.approx(2.0, rel=0.02)
+    assert (b.input_ms, b.infer_ms, b.output_ms) == (
+        pytest.approx(1.0, rel=0.02), pytest.approx(5.0, rel=0.02), pytest.approx(0.5, rel=0.02),
+    )  # fmt: skip
+    # These fake pods export no request-duration counter: the rest is unknown, not zero.
+    assert b.request_ms is None and b.rest_ms is None
