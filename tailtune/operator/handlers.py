@@ -19,7 +19,13 @@ from tailtune.api.v1alpha1 import Tuning
 from tailtune.operator import metrics
 from tailtune.operator.kube import API_CONCURRENCY, ApiException, KubeCluster, load_config
 from tailtune.operator.reconcile import Outcome, reconcile
-from tailtune.operator.status import ENGINE_BUILD_FAILED, ENGINE_BUILT, ENGINE_READY
+from tailtune.operator.status import (
+    ENGINE_BUILD_FAILED,
+    ENGINE_BUILD_POD_NOT_CREATED,
+    ENGINE_BUILD_RUNNING,
+    ENGINE_BUILT,
+    ENGINE_READY,
+)
 from tailtune.operator.tuning import parse_isvc, read_latency, slo_condition_moved, tune_step
 from tailtune.triton.stats import BatchStatsReader
 from tailtune.tuner.prom import HttpPromClient, PodWindow, PrometheusReader, Target, read_pod_windows
@@ -30,6 +36,9 @@ log = logging.getLogger(__name__)
 RESYNC_SECONDS = 300.0
 CHILD_LABELS = {MANAGED_BY_LABEL: MANAGED_BY}
 RETRY_MAX_SECONDS = 300.0
+# While a build runs, its Job may fail to create its pod (quota, admission) without a change of the Job to
+# react to: look this often, so the status says so within seconds instead of at the resync.
+BUILD_CHECK_SECONDS = 10.0
 SERVING_CHILD_RESOURCES = ("configmaps", "services")  # watched for drift when the credentials allow it
 
 
@@ -152,6 +161,20 @@ async def resync(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
         await run_reconcile(memo, namespace or "default", name, force=True)
     except ApiException as exc:
         log.warning("resync %s/%s: %s %s", namespace, name, exc.status, exc.reason)
+
+
+def _building(status: kopf.Status, **_: Any) -> bool:
+    building = (ENGINE_BUILD_RUNNING, ENGINE_BUILD_POD_NOT_CREATED)
+    return any(c.get("type") == ENGINE_READY and c.get("reason") in building for c in status.get("conditions", []))
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=BUILD_CHECK_SECONDS, initial_delay=BUILD_CHECK_SECONDS, when=_building)
+async def build_check(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+    """While the engine builds: whether the Job could create its pod (a FailedCreate moves nothing we watch)."""
+    try:
+        await run_reconcile(memo, namespace or "default", name)
+    except ApiException as exc:
+        log.warning("build check %s/%s: %s %s", namespace, name, exc.status, exc.reason)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=CHILD_LABELS)

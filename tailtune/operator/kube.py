@@ -19,6 +19,7 @@ from tailtune.api import API_VERSION, GROUP, KIND, PLURAL, VERSION, InferenceSer
 from tailtune.api.keys import DESIRED_HASH_ANNOTATION, JOB_NAME_LABEL
 from tailtune.api.v1alpha1 import LatencyStatus, ObjectMeta
 from tailtune.operator.builders.common import Manifest, deployment_name, selector
+from tailtune.operator.builders.engine_job import ENGINE_BUILD
 from tailtune.operator.builders.triton import COMPONENT
 from tailtune.operator.observed import ChildRejected, DeploymentObservation, JobObservation, Observed
 
@@ -118,10 +119,26 @@ class KubeCluster:
             unschedulable = _unschedulable(pod) or unschedulable
         if failed and not message:
             message = next((c.message or "" for c in st.conditions or [] if c.type == "Failed"), "")
+        running = not (succeeded or failed)
         return JobObservation(
             succeeded=succeeded, failed=failed, message=message,
-            unschedulable=unschedulable if not (succeeded or failed) else "",
+            unschedulable=unschedulable if running else "",
+            not_created=self._failed_create(ns, name) if running and not pods else "",
         )  # fmt: skip
+
+    def _failed_create(self, ns: str, job_name: str) -> str:
+        """The Job controller's latest FailedCreate Event (why the Job has no pod), "" when none or not readable."""
+        fields = f"involvedObject.kind=Job,involvedObject.name={job_name},reason=FailedCreate"
+        try:
+            found = self.core.list_namespaced_event(ns, field_selector=fields).items
+        except ApiException as exc:
+            if exc.status == 403:  # credentials without events list: the status says the build runs
+                return ""
+            raise
+        latest = max(
+            found, key=lambda e: e.last_timestamp or e.event_time or datetime.min.replace(tzinfo=UTC), default=None
+        )
+        return str(latest.message or "") if latest is not None else ""
 
     def _observe_deployment(self, isvc: InferenceService, pod_ips: bool) -> DeploymentObservation | None:
         ns = isvc.metadata.namespace
@@ -178,23 +195,6 @@ class KubeCluster:
             raise
         return obj
 
-    # ---- writes ------------------------------------------------------------------------------------
-    async def apply(self, manifest: Manifest) -> None:
-        """Server-side apply of one child under our field manager; `ChildRejected` when the server refuses it."""
-        query = {"fieldManager": FIELD_MANAGER, "force": "true"}
-        try:
-            live = await asyncio.to_thread(
-                self._call, _path(manifest), "PATCH", json.dumps(manifest), query, "application/apply-patch+yaml"
-            )
-        except ApiException as exc:
-            if exc.status in (400, 422):
-                raise _rejection(manifest, exc) from exc
-            raise
-        meta = (live or {}).get("metadata", {})
-        key = _child_key(manifest["kind"], meta.get("namespace", ""), meta.get("name", ""))
-        self.applied_versions[key] = _version(manifest["kind"], meta)
-
-    def drifted(self, kind: str, meta: dict[str, Any]) -> bool:
     async def list_events(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """The Events about this InferenceService, oldest first (`tailtune explain`); read only."""
         fields = f"involvedObject.kind={KIND},involvedObject.name={name}"
@@ -216,6 +216,50 @@ class KubeCluster:
             e["lastTimestamp"] = e["lastTimestamp"].strftime("%Y-%m-%dT%H:%M:%SZ") if e["lastTimestamp"] else None
         return events
 
+    # ---- writes ------------------------------------------------------------------------------------
+    async def delete_obsolete_jobs(self, isvc: InferenceService, keep: str) -> list[str]:
+        """Deletes the InferenceService's build Jobs other than `keep` (engines its spec no longer asks for),
+        with their pods; returns their names. Credentials that may not delete Jobs leave them (logged)."""
+        return await asyncio.to_thread(self._delete_obsolete_jobs, isvc, keep)
+
+    def _delete_obsolete_jobs(self, isvc: InferenceService, keep: str) -> list[str]:
+        ns = isvc.metadata.namespace
+        sel = ",".join(f"{k}={v}" for k, v in selector(isvc, ENGINE_BUILD).items())
+        deleted = []
+        for job in self.batch.list_namespaced_job(ns, label_selector=sel).items:
+            ours = any(o.uid == isvc.metadata.uid for o in job.metadata.owner_references or [])
+            if job.metadata.name == keep or not ours:
+                continue
+            try:
+                self.batch.delete_namespaced_job(job.metadata.name, ns, propagation_policy="Background")
+            except ApiException as exc:
+                if _not_found(exc):
+                    continue
+                if exc.status == 403:
+                    log.warning(
+                        "%s/%s: may not delete obsolete build Job %s", ns, isvc.metadata.name, job.metadata.name
+                    )
+                    break
+                raise
+            deleted.append(job.metadata.name)
+        return deleted
+
+    async def apply(self, manifest: Manifest) -> None:
+        """Server-side apply of one child under our field manager; `ChildRejected` when the server refuses it."""
+        query = {"fieldManager": FIELD_MANAGER, "force": "true"}
+        try:
+            live = await asyncio.to_thread(
+                self._call, _path(manifest), "PATCH", json.dumps(manifest), query, "application/apply-patch+yaml"
+            )
+        except ApiException as exc:
+            if exc.status in (400, 422):
+                raise _rejection(manifest, exc) from exc
+            raise
+        meta = (live or {}).get("metadata", {})
+        key = _child_key(manifest["kind"], meta.get("namespace", ""), meta.get("name", ""))
+        self.applied_versions[key] = _version(manifest["kind"], meta)
+
+    def drifted(self, kind: str, meta: dict[str, Any]) -> bool:
         """Whether a child's event shows a state our last apply did not leave (unknown children: no)."""
         ours = self.applied_versions.get(_child_key(kind, meta.get("namespace", ""), meta.get("name", "")))
         return ours is not None and ours != _version(kind, meta)

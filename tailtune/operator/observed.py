@@ -15,6 +15,7 @@ class JobObservation:
     failed: bool = False
     message: str = ""  # the builder's termination message (an error, or its JSON summary on success)
     unschedulable: str = ""  # the scheduler's word when the build pod cannot be placed
+    not_created: str = ""  # the Job controller's FailedCreate message while it cannot create the build pod
 
 
 @dataclass(frozen=True)

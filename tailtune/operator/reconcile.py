@@ -48,6 +48,7 @@ class ClusterPort(Protocol):
     async def apply(self, manifest: Manifest) -> None: ...  # raises ChildRejected when the server refuses it
     async def write_status(self, meta: ObjectMeta, status: InferenceServiceStatus) -> None: ...
     async def emit_event(self, meta: ObjectMeta, type_: str, reason: str, message: str) -> None: ...
+    async def delete_obsolete_jobs(self, isvc: InferenceService, keep: str) -> list[str]: ...
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,10 @@ async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime, *,
 
     key = engine_cache_key(isvc)
     observed = await cluster.observe(isvc, key, job_report=not io_known(isvc, key))
+    if observed.job is None and engine_info(isvc, key, None) is not None:
+        # The Job went (ttlSecondsAfterFinished) after an earlier reconcile recorded its report: the engine is in
+        # the store, so it is not built again.
+        observed = replace(observed, job=JobObservation(succeeded=True))
     desired = desired_state(isvc, observed)
     dep = observed.deployment
     unchanged = (
@@ -200,6 +205,11 @@ async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime, *,
         now=now,
     )
     moved = await _write_if_changed(isvc, status, cluster)
+    engine_ready = any(c.type == st.ENGINE_READY and c.status == "True" for c in status.conditions)
+    if engine_ready and (force or any(c.type == st.ENGINE_READY for c in moved)):
+        # Once the engine in force is built, builds of earlier specs (running or done) are of no use.
+        for name in await cluster.delete_obsolete_jobs(isvc, keep=desired.cache_key):
+            log.info("%s/%s: deleted obsolete build Job %s", isvc.metadata.namespace, isvc.metadata.name, name)
     return Outcome(isvc, status, moved)
 
 

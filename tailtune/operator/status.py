@@ -47,6 +47,7 @@ NO_TRAFFIC = "NoTraffic"
 SLO_INFEASIBLE = "SLOInfeasible"
 ALL_READY = "AllComponentsReady"
 CHILD_REJECTED = "ChildRejected"
+ENGINE_BUILD_POD_NOT_CREATED = "EngineBuildPodNotCreated"
 
 _MISSING_PVC = re.compile(r'persistentvolumeclaim "([^"]+)" not found', re.IGNORECASE)
 _UNBOUND_PVC = re.compile(r"unbound (immediate )?PersistentVolumeClaims", re.IGNORECASE)
@@ -107,6 +108,9 @@ def compute_engine_condition(isvc: InferenceService, observed: Observed, rejecte
     if job.failed:
         detail = job.message.strip() or "the build Job failed without a termination message"
         return _cond(ENGINE_READY, False, ENGINE_BUILD_FAILED, f"engine build failed: {detail}")
+    if job.not_created:
+        message = f"the build Job cannot create its pod: {job.not_created}"
+        return _cond(ENGINE_READY, False, ENGINE_BUILD_POD_NOT_CREATED, message)
     if job.unschedulable:
         message = f"build pod cannot be scheduled: {unschedulable_cause(isvc, job.unschedulable, 'build pod')}"
         return _cond(ENGINE_READY, False, ENGINE_BUILD_UNSCHEDULABLE, message)

@@ -157,6 +157,38 @@ def test_one_apply_gives_one_event_per_transition(cluster: Cluster, operator: Op
     assert not any(m.startswith("Ready=False") for _, m in seen), seen  # told by EngineReady/ServingReady
 
 
+def test_build_pod_the_job_cannot_create_is_named(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, recovery_table: RecoveryTable
+) -> None:
+    engine_store(cluster, namespace)
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-pods"},
+        "spec": {"hard": {"pods": "0"}},
+    }
+    cluster.apply(quota, namespace=namespace)
+    cluster.apply(example(), namespace=namespace)
+    c = wait_condition(cluster, operator, namespace, "resnet50", "EngineReady", "False", "EngineBuildPodNotCreated", 40)
+    assert "cannot create its pod" in c["message"] and "exceeded quota" in c["message"], c["message"]
+    ready = condition(cluster.get("tis", "resnet50", namespace), "Ready")
+    assert ready is not None and ready["reason"] == "EngineBuildPodNotCreated"
+    reasons = [e["reason"] for e in events(cluster, namespace, "resnet50")]
+    assert reasons.count("EngineBuildPodNotCreated") == 1, reasons
+    start = time.monotonic()
+    cluster.kubectl("delete", "resourcequota", "no-pods", "-n", namespace)
+    wait_condition(cluster, operator, namespace, "resnet50", "Ready", "True", timeout_s=45)
+    recover_s = time.monotonic() - start
+    print(f"quota lifted: Ready {recover_s:.1f} s later")
+    assert len(jobs(cluster, namespace)) == 1
+    recovery_table.record(
+        "build Job cannot create its pod (ResourceQuota pods=0)",
+        "EngineReady=False/EngineBuildPodNotCreated with the quota's message, one Event; Ready once lifted",
+        "nothing; 1 Job",
+        recover_s,
+    )
+
+
 # ------------------------------------------------------------------------------------------- drift
 
 

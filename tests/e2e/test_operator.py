@@ -289,16 +289,24 @@ def test_engine_change_builds_a_new_engine(cluster: Cluster, operator: OperatorP
     engine_store(cluster, namespace)
     cluster.apply(example(), namespace=namespace)
     wait_condition(cluster, operator, namespace, "resnet50", "Ready", "True")
+    first = [j["metadata"]["name"] for j in jobs(cluster, namespace)]
     cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--type=merge", "-p",
                     '{"spec": {"engine": {"precision": "fp32"}}}')  # fmt: skip
-    cluster.wait_for("a second build Job", lambda: len(jobs(cluster, namespace)) == 2, 60)
-    wait_condition(cluster, operator, namespace, "resnet50", "Ready", "True")
-    tis = cluster.get("tis", "resnet50", namespace)
+
+    def rebuilt() -> str | None:
+        tis = cluster.get("tis", "resnet50", namespace)
+        key: str = tis["status"]["engine"]["cacheKey"]
+        ready = condition(tis, "Ready")
+        return key if key not in first and ready and ready["status"] == "True" else None
+
+    key = cluster.wait_for("Ready on the new engine", rebuilt, 90)
     dep = cluster.get("deployment", "resnet50-triton", namespace)
-    assert (
-        dep["spec"]["template"]["metadata"]["annotations"]["tailtune.io/engine-key"]
-        == tis["status"]["engine"]["cacheKey"]
+    assert dep["spec"]["template"]["metadata"]["annotations"]["tailtune.io/engine-key"] == key
+    # The earlier spec's build is of no use once the new engine is Ready: its Job goes.
+    cluster.wait_for(
+        "the obsolete build Job deleted", lambda: [j["metadata"]["name"] for j in jobs(cluster, namespace)] == [key], 20
     )
+    assert all(j["spec"]["ttlSecondsAfterFinished"] > 0 for j in jobs(cluster, namespace))
 
 
 def test_delete_garbage_collects_children(cluster: Cluster, operator: OperatorProcess, namespace: str) -> None:

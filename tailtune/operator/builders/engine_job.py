@@ -16,6 +16,10 @@ from tailtune.operator.builders.common import (
 )
 
 ENGINE_MOUNT = "/engines"
+ENGINE_BUILD = "engine-build"  # the Job's app.kubernetes.io/component
+# A finished build Job goes after a day (the engine store is the cache, and status.engine records the build's
+# report, so an engine built before needs no Job); a failed build is then tried again.
+FINISHED_JOB_TTL_S = 86400
 MODELS_MOUNT = "/mnt/models"
 
 
@@ -69,7 +73,7 @@ def build_engine_job(isvc: InferenceService, cache_key: str) -> Manifest:
         volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
         mounts.append({"name": "model", "mountPath": f"{MODELS_MOUNT}/{claim}", "readOnly": True})
     gpu_limits = {GPU_RESOURCE: "1"} if engine.backend == "tensorrt" else {}
-    meta = metadata(isvc, cache_key, "engine-build", controller=False)
+    meta = metadata(isvc, cache_key, ENGINE_BUILD, controller=False)
     meta["labels"][ENGINE_KEY] = cache_key
     return {
         "apiVersion": "batch/v1",
@@ -78,6 +82,7 @@ def build_engine_job(isvc: InferenceService, cache_key: str) -> Manifest:
         "spec": {
             "backoffLimit": engine.backoff_limit,
             "activeDeadlineSeconds": engine.deadline_seconds,
+            "ttlSecondsAfterFinished": FINISHED_JOB_TTL_S,
             "template": {
                 "metadata": {
                     "labels": {**meta["labels"]},

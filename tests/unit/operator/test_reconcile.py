@@ -24,6 +24,7 @@ class RecordingCluster:
         self.applied: list[Manifest] = []
         self.statuses: list[InferenceServiceStatus] = []
         self.events: list[tuple[str, str]] = []
+        self.obsolete_kept: list[str] = []  # `keep` of every delete_obsolete_jobs call
 
     async def observe(
         self, isvc: InferenceService, job_name: str, *, job_report: bool = True, pod_ips: bool = False
@@ -40,6 +41,10 @@ class RecordingCluster:
 
     async def emit_event(self, meta: ObjectMeta, type_: str, reason: str, message: str) -> None:
         self.events.append((type_, reason))
+
+    async def delete_obsolete_jobs(self, isvc: InferenceService, keep: str) -> list[str]:
+        self.obsolete_kept.append(keep)
+        return []
 
 
 def _run(raw: dict[str, Any], cluster: RecordingCluster) -> None:
@@ -190,3 +195,43 @@ def test_serving_applied_now_is_not_not_created_yet() -> None:
     assert _cond(status, "ServingReady") == ("False", "PodsNotReady")
     assert all("not created yet" not in c.message for c in status.conditions)
     assert status.endpoints.http == "http://demo.default.svc:8000"
+
+
+def test_engine_ready_deletes_builds_of_earlier_specs_once() -> None:
+    observed = Observed(job=JobObservation(succeeded=True), deployment=DeploymentObservation(replicas=1))
+    cluster = RecordingCluster(observed)
+    raw = make_isvc().dict()
+    _run(raw, cluster)
+    key = cluster.statuses[-1].engine.cache_key
+    assert cluster.obsolete_kept == [key]  # EngineReady moved to True
+    _run(_with_status(raw, cluster.statuses[-1]), cluster)
+    assert cluster.obsolete_kept == [key]  # not again while nothing moves
+    asyncio.run(reconcile(_with_status(raw, cluster.statuses[-1]), cluster, NOW, force=True))
+    assert cluster.obsolete_kept == [key, key]  # the resync looks again
+
+
+def test_a_job_gone_after_its_ttl_is_not_built_again() -> None:
+    report = (
+        '{"inputs": [{"name": "x", "dataType": "TYPE_FP32", "dims": [3]}],'
+        ' "outputs": [{"name": "y", "dataType": "TYPE_FP32", "dims": [2]}]}'
+    )
+    built = RecordingCluster(Observed(job=JobObservation(succeeded=True, message=report)))
+    raw = make_isvc().dict()
+    _run(raw, built)
+    assert built.statuses[-1].engine.inputs  # the build's report is recorded
+    gone = RecordingCluster(Observed())  # ttlSecondsAfterFinished took the Job
+    _run(_with_status(raw, built.statuses[-1]), gone)
+    assert "Job" not in [m["kind"] for m in gone.applied]
+    assert [m["kind"] for m in gone.applied] == ["ConfigMap", "Service", "Deployment"]
+    assert all(_cond(s, "EngineReady") == ("True", "EngineBuilt") for s in gone.statuses)
+
+
+def test_a_job_that_cannot_create_its_pod_says_why() -> None:
+    quota = 'pods "eng-1-x" is forbidden: exceeded quota: pods, requested: pods=1, used: pods=0, limited: pods=0'
+    cluster = RecordingCluster(Observed(job=JobObservation(not_created=quota)))
+    _run(make_isvc().dict(), cluster)
+    status = cluster.statuses[0]
+    assert _cond(status, "EngineReady") == ("False", "EngineBuildPodNotCreated")
+    message = next(c.message for c in status.conditions if c.type == "EngineReady")
+    assert message == f"the build Job cannot create its pod: {quota}"
+    assert _cond(status, "Ready") == ("False", "EngineBuildPodNotCreated")
