@@ -172,7 +172,7 @@ def render(facts: Facts) -> str:
         total = b.request_ms or sum(v for _, v in rows if v) or 1.0
         for name, v in rows:
             bar = "#" * round(30 * (v or 0) / total) if total > 0 else ""
-            out.append(f"  {name:<26}{_ms(v):>12}  {bar}")
+            out.append(f"  {name:<26}{_ms(v):>12}  {bar}".rstrip())
         out.append(f"  {'Triton request (total)':<26}{_ms(b.request_ms):>12}")
         mean_batch = read.signal.observation.avg_batch if read.signal is not None else None
         if mean_batch is not None:
