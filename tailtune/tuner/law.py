@@ -310,13 +310,21 @@ def _idle(st: TunerState, in_force: InForce, policy: Policy, now: datetime) -> D
     return Decision(action="change", in_force=new, reason=reason, reason_code=code, state=st)
 
 
+def safe_capacity(curve: Curve, max_batch: int, delay_us: int) -> float:
+    """Capacity that survives a burst: past the most efficient batch, what full batches drain."""
+    cap = _capacity(tuple(curve.sizes), tuple(curve.times), max_batch, delay_us)
+    return min(cap, 1000.0 * max_batch / curve.ms(max_batch))
+
+
 def is_fragile(curve: Curve, current: Candidate, policy: Policy) -> bool:
-    """Below the warmup batch, or far less capacity than the most capable measured batch."""
+    """Below the warmup batch, or far less burst-safe capacity than the most capable measured batch (too small
+    a max batch, or one so far past the efficient batch that one burst runs its batches away)."""
     if current.max_batch < policy.warmup_max:
         return True
     sizes = [b for b in candidate_sizes(curve, policy) if b <= max(1, curve.largest)] or [current.max_batch]
-    most = max(_capacity(tuple(curve.sizes), tuple(curve.times), b, policy.delay_min_us) for b in sizes)
-    return current.capacity_rps * FRAGILE_FACTOR < most
+    most = max(safe_capacity(curve, b, policy.delay_min_us) for b in sizes)
+    now = min(current.capacity_rps, safe_capacity(curve, current.max_batch, current.delay_us))
+    return now * FRAGILE_FACTOR < most
 
 
 @functools.lru_cache(maxsize=8192)
