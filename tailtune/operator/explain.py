@@ -290,6 +290,12 @@ def to_json(facts: Facts) -> dict[str, Any]:
     }  # fmt: skip
     if facts.events_error:
         out["eventsError"] = facts.events_error
+    recorded = isvc.status.latency.breakdown
+    if recorded is not None and recorded.batches:
+        # explain reads no batch statistics (Triton's gRPC): the operator's last tick recorded them.
+        out["latency"].setdefault("breakdown", {})["batches"] = [
+            c.model_dump(by_alias=True, exclude_none=True) for c in recorded.batches
+        ]
     if read.signal is not None:
         d = next_decision(isvc, read.signal.observation, now)
         out["next"] = {

@@ -134,3 +134,9 @@ def test_events_not_readable_does_not_stop_explain() -> None:
     raw = _isvc(spec__metrics={"prometheusUrl": f"http://127.0.0.1:{port}", "timeoutSeconds": 1}).dict()
     code, text = asyncio.run(explain(Cluster(raw, events=None), "ml", "resnet", NOW))
     assert code == 3 and "(not readable: PermissionError: events is forbidden)" in text
+
+
+def test_batch_sizes_come_from_the_operators_last_tick() -> None:
+    facts = _overloaded(status__latency={"breakdown": {"batches": [{"batch": 1, "count": 583, "ms": 13.0}]}})
+    assert "batch sizes (operator's last tick): 1 x583" in render(facts)
+    assert to_json(facts)["latency"]["breakdown"]["batches"] == [{"batch": 1, "count": 583, "ms": 13.0}]
