@@ -6,6 +6,7 @@ and the operator's metrics.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from datetime import UTC, datetime
 from typing import Any
@@ -18,11 +19,12 @@ from tailtune.api.crdgen import build_crd
 from tailtune.api.v1alpha1 import InferenceService, Slo
 from tailtune.operator import metrics
 from tailtune.operator.status import SETTLING, SLO_VIOLATED, WITHIN_SLO, compute_slo_condition
-from tailtune.operator.tuning import LatencyRead, latency_status, policy_for
+from tailtune.operator.tuning import LatencyRead, latency_status, policy_for, tune_step
 from tailtune.tuner.prom import Breakdown, PrometheusReader, Signal, Target
 from tailtune.tuner.servicetime import BatchSample
 from tailtune.tuner.types import Observation
 from tests.unit.factories import make_isvc
+from tests.unit.operator.test_latency_signal import Recorder
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 TARGET = Target("ml", "svc", "bert")
@@ -220,3 +222,31 @@ def test_metrics_export_targets_and_breakdown_and_forget_them() -> None:
     metrics.forget_inference_service("ml-t", "svc")
     assert value("tailtune_latency_observed_ms", percentile="99.9") is None
     assert value("tailtune_latency_breakdown_ms", part="queue") is None
+
+
+# ---- the tuner's tick ---------------------------------------------------------------------------------
+
+
+class FakeStats:
+    def read(self, addresses: list[str]) -> tuple[tuple[int, int, float], ...]:
+        return ((4, 25, 6.0), (1, 10, 2.0), (2, 0, 0.0))
+
+
+def test_a_tick_records_targets_breakdown_and_batches_and_exports_them() -> None:
+    isvc = isvc_with()
+    read = _read(
+        10.0, ((50, 6.0), (99.9, 95.0)),
+        breakdown=Breakdown(queue_ms=3.0, input_ms=0.5, infer_ms=5.0, output_ms=0.5, request_ms=11.0),
+    )  # fmt: skip
+    cluster = Recorder()
+    asyncio.run(tune_step(isvc, cluster, read, NOW, batch_stats=FakeStats()))
+    latency = cluster.latency
+    assert latency is not None and latency.breakdown is not None
+    assert [(c.batch, c.count) for c in latency.breakdown.batches] == [(1, 10), (4, 25)]  # sizes never run: left out
+    assert [t.met for t in latency.targets] == [True, True, False]
+    sample = REGISTRY.get_sample_value(
+        "tailtune_latency_observed_ms", {"namespace": isvc.metadata.namespace, "name": isvc.metadata.name,
+                                         "percentile": "99.9"},
+    )  # fmt: skip
+    assert sample == 95.0
+    metrics.forget_inference_service(isvc.metadata.namespace, isvc.metadata.name)
