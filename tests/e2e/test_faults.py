@@ -527,3 +527,67 @@ def test_many_objects_10_percent_invalid(
         )
     finally:
         cluster.kubectl("delete", "node", node, "--wait=false", check=False)
+
+
+# ------------------------------------------------------------------------------------ a node goes away
+
+NODE_PRODUCT = "TAILTUNE-NODE-LOSS"
+
+
+@pytest.mark.skipif(
+    os.environ.get("TAILTUNE_E2E_SLOW") != "1",
+    reason="TAILTUNE_E2E_SLOW=1: recovery waits for the pod garbage collector (40 s quarantine + up to a 20 s period)",
+)
+def test_serving_node_deleted_pod_moves_to_another(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, recovery_table: RecoveryTable
+) -> None:
+    engine_store(cluster, namespace)
+    names = [f"loss-{namespace[-6:]}-{i}" for i in range(2)]
+    for name in names:
+        node = scale_node(name, 2)
+        node["metadata"]["labels"]["nvidia.com/gpu.product"] = NODE_PRODUCT
+        cluster.apply(node)
+    try:
+        doc = example()
+        doc["spec"]["serving"]["gpu"]["product"] = NODE_PRODUCT
+        cluster.apply(doc, namespace=namespace)
+        wait_condition(cluster, operator, namespace, "resnet50", "Ready", "True")
+
+        def serving_pods() -> list[dict[str, Any]]:
+            items: list[dict[str, Any]] = cluster.get("pods", namespace=namespace)["items"]
+            return [p for p in items if p["metadata"]["labels"].get("app.kubernetes.io/component") == "triton"]
+
+        [pod] = serving_pods()
+        lost = pod["spec"]["nodeName"]
+        start = time.monotonic()
+        cluster.kubectl("delete", "node", lost)
+        time.sleep(3)
+        # Nothing reports a pod whose node is gone until it is collected: what the user sees meanwhile.
+        stale = condition(cluster.get("tis", "resnet50", namespace), "Ready")
+        assert stale is not None and stale["status"] == "True", stale
+
+        def moved() -> bool:
+            pods = serving_pods()
+            ready = condition(cluster.get("tis", "resnet50", namespace), "Ready")
+            return bool(
+                [p["spec"].get("nodeName") for p in pods] == [n for n in names if n != lost]
+                and ready
+                and ready["status"] == "True"
+                and all(p["metadata"]["name"] != pod["metadata"]["name"] for p in pods)
+            )
+
+        cluster.wait_for("the serving pod on the other node and Ready", moved, 75)
+        recover_s = time.monotonic() - start
+        print(f"node {lost} deleted: serving back on the other node {recover_s:.1f} s later")
+        assert operator.alive()
+        assert len(cluster.get("deployments", namespace=namespace)["items"]) == 1
+        recovery_table.record(
+            "the GPU node under the only serving pod deleted",
+            "Ready stays True until the pod garbage collector removes the orphaned pod (40 s quarantine), then "
+            "the Deployment's new pod on the other node is Ready",
+            "nothing; 1 Deployment, 1 pod",
+            recover_s,
+        )
+    finally:
+        for name in names:
+            cluster.kubectl("delete", "node", name, "--wait=false", check=False)
