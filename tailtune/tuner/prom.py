@@ -318,18 +318,22 @@ class PrometheusReader:
         sel = fill(self._selector, self._target, self._window)
         return (self._scalar(f"count(nv_inference_request_duration_us_bucket{{{sel}}})", at) or 0) > 0
 
-    def queries(self, at: datetime, percentile: float | None = None, *, triton: bool = False) -> Queries:
-        """The queries for the window ending at `at` (checks whether a latency histogram exists), at the SLO's
-        percentile or another; `triton`: Triton's own figure even when the user gave a query."""
+    def queries(
+        self, at: datetime, percentile: float | None = None, *, triton: bool = False, histogram: bool | None = None
+    ) -> Queries:
+        """The queries for the window ending at `at` (checks whether a latency histogram exists, unless told), at
+        the SLO's percentile or another; `triton`: Triton's own figure even when the user gave a query."""
         user = None if triton else self._latency_query
         if user is not None and percentile is not None and "{quantile}" not in user and "{percentile}" not in user:
             user = None  # the user's query is for the SLO's percentile only: other ones come from Triton's metrics
+        if user is None and histogram is None:
+            histogram = self._histogram(at)
         return build_queries(
             self._target,
             self._percentile if percentile is None else percentile,
             self._window,
             latency_query=user,
-            histogram=user is None and self._histogram(at),
+            histogram=user is None and bool(histogram),
             selector=self._selector,
         )
 
@@ -349,14 +353,18 @@ class PrometheusReader:
         )
         replicas = self._scalar(q.ready_replicas, at)
         requests = self._scalar(q.request_rate, at)
+        # Whether Triton's figures come from a histogram: asked once per read, not once per percentile.
+        histogram = self._histogram(at) if q.source == "userQuery" else q.source == "histogram"
         others: list[tuple[float, float | None]] = []
         for percentile in self._others:
-            value, _, why = _latency(self._client.query(self.queries(at, percentile).latency_ms, at))
+            query = self.queries(at, percentile, histogram=histogram).latency_ms
+            value, _, why = _latency(self._client.query(query, at))
             others.append((percentile, value))
             ambiguous = ambiguous or (f"P{percentile:g}: {why}" if why else "")
         server_ms = None
         if q.source == "userQuery":
-            server_ms, _, _ = _latency(self._client.query(self.queries(at, triton=True).latency_ms, at))
+            query = self.queries(at, triton=True, histogram=histogram).latency_ms
+            server_ms, _, _ = _latency(self._client.query(query, at))
         observation = Observation(
             window_end=window_end,
             span_seconds=q.span_seconds,
