@@ -240,7 +240,8 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         peak = max(d for _, d in recent) * policy.demand_margin
         replicas = max(replicas, min(in_force.replicas, math.ceil(peak / max(target.carries(), 1e-9))))
         span = (obs.window_end - recent[0][0]).total_seconds() + policy.interval_seconds
-        if r.saturated or span < policy.scale_in_window_seconds:
+        # Never while the latency is bad, nor on a plan that keeps only the SLO (no headroom).
+        if r.saturated or relieve or plan.within_slo_only or span < policy.scale_in_window_seconds:
             replicas = in_force.replicas
     infeasible = not plan.feasible and (bad or at_risk)
     why = _explain(plan, load, curve, policy)

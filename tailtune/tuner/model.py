@@ -139,7 +139,9 @@ def predict(
     # Batches fill (and a queue forms behind them) with this probability; then an M/D/1-like tail of
     # full batches at utilisation rho.
     p_full = 1.0 - NormalDist().cdf((big - 0.5 - b) / sd)
-    queue = p_full * t_full * math.log(max(1.0, rho / q)) / (2.0 * (1.0 - rho))
+    # Full batches serve B requests at once: the queue ahead drains B at a time (fitted against the simulator:
+    # the wait scales as t(B)/sqrt(B) between the M/D/1 of B=1 and a bulk queue).
+    queue = p_full * (t_full / math.sqrt(big)) * math.log(max(1.0, rho / q)) / (2.0 * (1.0 - rho))
     # Other instances' batches ahead on the shared device (a queue delay does not reliably absorb this wait:
     # the waiting instance still takes what has queued once the delay is over, often before the device frees).
     contention = (instances - 1) * t_hi * util
