@@ -233,6 +233,16 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
             capacity_rps=cap_total,
         )
 
+    if plan.within_slo_only:
+        # The plan's candidates were judged against the SLO, not the aim: so is the config in force here.
+        current = candidate(curve, mb, delay, policy.model_copy(update={"headroom": 1.0}), mild)
+        if r.saturated:
+            delivered = r.rate / max(1, in_force.replicas)
+            current = dataclasses.replace(
+                current,
+                capacity_rps=min(current.capacity_rps, delivered),
+                robust_rps=min(current.robust_rps, delivered),
+            )
     target, replicas = _choose(plan, current, in_force, r, relieve, policy)
     if replicas < in_force.replicas:
         # Scale in only as far as the highest demand of the stabilization window allows, only once the
@@ -421,9 +431,12 @@ def best_plan(
         cands = [candidate(curve, c.max_batch, c.delay_us, policy, calibration) for c in cands]
         best = max(cands, key=lambda c: (c.carries(), -c.max_batch, -c.delay_us))
     if need > policy.replicas_max:
-        if not backlog:
+        # Keeping up comes first: a config that cannot carry the demand collapses into a backlog.
+        keeping = [c for c in cands if c.capacity_rps * policy.util_target * policy.replicas_max >= load_rps]
+        if not backlog and keeping:
             # Short of the SLO but keeping up: the most load within the SLO is the most goodput.
-            return Plan(best, policy.replicas_max, False, load_rps)
+            pick = max(keeping, key=lambda c: (c.carries(), c.capacity_rps, -c.max_batch))
+            return Plan(pick, policy.replicas_max, False, load_rps, within_slo_only=True)
         # Requests pile up: the most capacity, to drain what it can.
         most = max(cands, key=lambda c: (c.capacity_rps if not c.extrapolated else 0.0, -c.max_batch))
         return Plan(most, policy.replicas_max, False, load_rps)
