@@ -67,6 +67,14 @@ def io_known(isvc: InferenceService, cache_key: str) -> bool:
     return declared or _recorded(cache_key, isvc) is not None
 
 
+def report_recorded(isvc: InferenceService, cache_key: str) -> bool:
+    """Whether an earlier reconcile recorded this key's build report (then the build pod need not be read).
+
+    Declared I/O is not enough: the report also carries what only the build measured (its service-time ladder,
+    TensorRT version, engine size)."""
+    return _recorded(cache_key, isvc) is not None
+
+
 def engine_status(cache_key: str, store_pvc: str, info: EngineInfo | None, previous: EngineStatus) -> EngineStatus:
     """status.engine from the cache key and, once built, what the builder reported (kept once known)."""
     if info is None and previous.cache_key == cache_key:

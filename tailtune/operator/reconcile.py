@@ -27,7 +27,13 @@ from tailtune.operator.builders.triton import (
     config_hash,
     serving_digest,
 )
-from tailtune.operator.engine import engine_cache_key, engine_info, engine_status, io_known, service_time_status
+from tailtune.operator.engine import (
+    engine_cache_key,
+    engine_info,
+    engine_status,
+    report_recorded,
+    service_time_status,
+)
 from tailtune.operator.inforce import in_force as config_in_force
 from tailtune.operator.inforce import tuner_state
 from tailtune.operator.modelconfig import EngineIOUnknown, model_config_pbtxt
@@ -163,7 +169,7 @@ async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime, *,
         return Outcome(None)
 
     key = engine_cache_key(isvc)
-    observed = await cluster.observe(isvc, key, job_report=not io_known(isvc, key))
+    observed = await cluster.observe(isvc, key, job_report=not report_recorded(isvc, key))
     if observed.job is None and engine_info(isvc, key, None) is not None:
         # The Job went (ttlSecondsAfterFinished) after an earlier reconcile recorded its report: the engine is in
         # the store, so it is not built again.

@@ -18,6 +18,7 @@ from tailtune.operator.engine import (
     engine_info,
     io_known,
     parse_build_report,
+    report_recorded,
     service_time_status,
 )
 from tailtune.operator.observed import JobObservation
@@ -91,6 +92,24 @@ def test_the_record_wins_over_the_report_and_needs_no_pod() -> None:
 def test_declared_io_is_known_without_a_record() -> None:
     isvc = make_isvc().obj()
     assert io_known(isvc, engine_cache_key(isvc))
+
+
+def test_the_report_is_read_until_recorded_even_with_declared_io() -> None:
+    # Declared I/O renders the config, but only the report has the build's service-time ladder: the build pod
+    # is read until status records this key's report, then never again.
+    isvc = make_isvc().obj()
+    key = engine_cache_key(isvc)
+    assert io_known(isvc, key) and not report_recorded(isvc, key)
+    recorded = make_isvc().set(
+        "status",
+        {
+            "engine": EngineStatus(
+                cache_key=key, inputs=[TensorSpec(name="r", data_type="TYPE_FP32", dims=[3])]
+            ).model_dump(by_alias=True)
+        },
+    )
+    assert report_recorded(recorded.obj(), key)
+    assert not report_recorded(recorded.obj(), "eng-other")
 
 
 # --- the build's service time: termination message -> EngineInfo -> status.serviceTime -> the tuner's curve --
