@@ -490,6 +490,9 @@ class Demo:
         ready = _condition(status, "Ready") or {}
         slo = _condition(status, "SLOMet") or {}
         max_batch, delay = self.live_knobs(ips)
+        breakdown = status.get("latency", {}).get("breakdown") or {}
+        steps = [breakdown.get(k) for k in ("computeInputMs", "computeInferMs", "computeOutputMs")]
+        compute = round(sum(float(v) for v in steps if v is not None), 3) if None not in steps else None
         return Tick(
             t=round(t, 2),
             offered_rps=rate_at([Phase(0, self.plan.low_rps), Phase(self.plan.step_at_s, self.plan.high_rps)], t),
@@ -503,6 +506,9 @@ class Demo:
             prom_rps=prom_rps,
             tuner=str(tuner or ""),
             decision=str(applied.get("reason") or ""),
+            queue_ms=breakdown.get("queueMs"),
+            compute_ms=compute,
+            rest_ms=breakdown.get("restMs"),
         )
 
     def table(self, tick: Tick, client_p99: float | None, client_rps: float, t: float) -> Table:

@@ -31,6 +31,10 @@ class Tick:
     prom_rps: float | None = None
     tuner: str = ""  # the tuner's last reason code (holds included)
     decision: str = ""  # the reason of the tuner's last change
+    # status.latency.breakdown: where Triton's time goes, mean ms per request over the tuner's window.
+    queue_ms: float | None = None  # queue and batching wait
+    compute_ms: float | None = None  # compute input + infer + output
+    rest_ms: float | None = None  # Triton's request time outside the queue and the compute steps
 
 
 @dataclass(frozen=True)
@@ -88,15 +92,50 @@ class Summary:
     # Server-measured P99 (Triton's summary through Prometheus, its own 60 s window) per stretch label: the
     # median of the ticks in the stretch; beside the client's P99, the difference is the time outside Triton.
     server_p99_ms: dict[str, float | None] = field(default_factory=dict)
+    # Where the server's time goes per stretch label: queue, compute and the rest (status.latency.breakdown,
+    # median of the ticks in the stretch).
+    breakdown_ms: dict[str, Breakdown] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Mean ms per request inside Triton over a stretch: queue and batching wait, compute, the rest."""
+
+    queue_ms: float | None
+    compute_ms: float | None
+    rest_ms: float | None
+
+    @property
+    def queue_share(self) -> float | None:
+        """The queue's share of the three parts (None unless all are known and add up to more than 0)."""
+        parts = (self.queue_ms, self.compute_ms, self.rest_ms)
+        if any(p is None for p in parts):
+            return None
+        total = sum(p for p in parts if p is not None)
+        return None if total <= 0 or self.queue_ms is None else self.queue_ms / total
+
+
+def _median(values: Sequence[float]) -> float | None:
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    mid = len(ordered) // 2
+    return round(ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2, 2)
 
 
 def server_p99(ticks: Sequence[Tick], start_s: float, end_s: float) -> float | None:
     """Median of Prometheus' P99 (Triton's own, 60 s summary) over the ticks in [start_s, end_s]. Pure."""
-    values = sorted(k.prom_p99_ms for k in ticks if start_s <= k.t <= end_s and k.prom_p99_ms is not None)
-    if not values:
-        return None
-    mid = len(values) // 2
-    return round(values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2, 2)
+    return _median([k.prom_p99_ms for k in ticks if start_s <= k.t <= end_s and k.prom_p99_ms is not None])
+
+
+def server_breakdown(ticks: Sequence[Tick], start_s: float, end_s: float) -> Breakdown:
+    """Each part of status.latency.breakdown, the median over the ticks in [start_s, end_s] that have it. Pure."""
+    inside = [k for k in ticks if start_s <= k.t <= end_s]
+
+    def part(attr: str) -> float | None:
+        return _median([v for k in inside if (v := getattr(k, attr)) is not None])
+
+    return Breakdown(part("queue_ms"), part("compute_ms"), part("rest_ms"))
 
 
 def rolling_p99(
@@ -205,6 +244,9 @@ def summarize(
         server_p99_ms={
             w.label: server_p99(ticks, w.start_s, w.end_s) for w in (before, untuned, after) if w is not None
         },
+        breakdown_ms={
+            w.label: server_breakdown(ticks, w.start_s, w.end_s) for w in (before, untuned, after) if w is not None
+        },
     )
 
 
@@ -263,6 +305,7 @@ def markdown(summary: Summary) -> str:
                 f"| {p99} | {w.failed}/{w.sent} |"
             )
     lines += ["", *client_vs_server(s)]
+    lines += ["", *where_the_time_goes(s)]
     lines += ["", "## Tuner decisions", ""]
     lines += [f"- t = {d.t:.0f} s: {d.config} — {d.reason}" for d in s.decisions] or ["- none"]
     lines += ["", before_after(s)]
@@ -292,6 +335,29 @@ def client_vs_server(s: Summary) -> list[str]:
         server = s.server_p99_ms.get(w.label)
         outside = None if server is None or w.p99_ms is None else round(w.p99_ms - server, 2)
         lines.append(f"| {w.label} | {_fmt(w.p99_ms)} | {_fmt(server)} | {_fmt(outside)} |")
+    return lines
+
+
+def where_the_time_goes(s: Summary) -> list[str]:
+    """Where the server's time goes per stretch (status.latency.breakdown): the queue and batching wait against
+    the compute, so a P99 that grew under load reads as queueing (more replicas, a shorter delay) or as
+    compute (bigger batches run slower)."""
+    lines = [
+        "## Where the server's time goes",
+        "",
+        "Mean ms per request inside Triton over the tuner's window (`status.latency.breakdown`, median over the "
+        "stretch): queue and batching wait, compute (input copy + inference + output copy), and the rest of "
+        "Triton's request time. Means, not P99s: they say where the time goes, not how long the tail is.",
+        "",
+        "| stretch | queue (ms) | compute (ms) | rest (ms) | queue share |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for w in (s.before, s.untuned_high, s.after):
+        if w is None:
+            continue
+        b = s.breakdown_ms.get(w.label) or Breakdown(None, None, None)
+        share = "n/a" if b.queue_share is None else f"{b.queue_share:.0%}"
+        lines.append(f"| {w.label} | {_fmt(b.queue_ms)} | {_fmt(b.compute_ms)} | {_fmt(b.rest_ms)} | {share} |")
     return lines
 
 

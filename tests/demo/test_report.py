@@ -16,12 +16,14 @@ from rich.console import Console
 from devkit.demo import _plain_line, _wrap, live_table
 from devkit.load import Samples, window_stats
 from devkit.report import (
+    Breakdown,
     Decision,
     Tick,
     before_after,
     markdown,
     plot,
     rolling_p99,
+    server_breakdown,
     server_p99,
     settle_time,
     summarize,
@@ -268,3 +270,33 @@ def test_client_measured_vs_server_measured_per_stretch() -> None:
     outside = round(s.after.p99_ms - 30.0, 2)
     assert f"| {s.after.label} | {s.after.p99_ms:g} | 30 | {outside:g} |" in text
     assert f"| {s.before.label} | {s.before.p99_ms:g} | n/a | n/a |" in text
+
+
+def test_the_report_shows_where_the_server_time_goes_per_stretch() -> None:
+    """status.latency.breakdown, collected per tick, becomes a queue vs compute table per stretch."""
+    from types import SimpleNamespace
+
+    from devkit.demo import Demo
+
+    samples = run(step_at=30, end=120, latency=40, bad_until=50)
+    parts = [replace(k, queue_ms=20.0 if k.t >= 30 else 1.0, compute_ms=6.0, rest_ms=0.5) for k in ticks(120, 45)]
+    s = summarize(samples, parts, [], slo_ms=SLO, step_at=30, low_rps=40, high_rps=130, end_s=120,
+                  time_to_first_ready_s=None, timings_s={})  # fmt: skip
+    assert s.breakdown_ms[s.before.label] == Breakdown(1.0, 6.0, 0.5)
+    assert s.breakdown_ms[s.after.label] == Breakdown(20.0, 6.0, 0.5)
+    assert server_breakdown(ticks(120, 45), 0, 120) == Breakdown(None, None, None)
+    text = markdown(s)
+    assert "## Where the server's time goes" in text
+    assert f"| {s.after.label} | 20 | 6 | 0.5 | 75% |" in text
+    assert f"| {s.before.label} | 1 | 6 | 0.5 | 13% |" in text
+
+    # The demo's tick reads the breakdown off status.latency (compute = input + infer + output).
+    demo = Demo.__new__(Demo)
+    demo.plan = SimpleNamespace(low_rps=40.0, high_rps=130.0, step_at_s=30.0)  # type: ignore[assignment]
+    demo.live_knobs = lambda ips: (None, None)  # type: ignore[method-assign]
+    status = {"latency": {"breakdown": {"queueMs": 3.5, "computeInputMs": 0.25, "computeInferMs": 5.0,
+                                        "computeOutputMs": 0.25, "restMs": 0.4}}}  # fmt: skip
+    tick = demo.tick({"status": status}, [], 10.0, None, None)
+    assert (tick.queue_ms, tick.compute_ms, tick.rest_ms) == (3.5, 5.5, 0.4)
+    empty = demo.tick({"status": {}}, [], 10.0, None, None)
+    assert (empty.queue_ms, empty.compute_ms, empty.rest_ms) == (None, None, None)
