@@ -94,6 +94,11 @@ def build_deployment(
 ) -> Manifest:
     """Triton pods on nodes of the requested GPU product, Ready only once the model is warm.
 
+    Pods roll one at a time behind that readiness (maxSurge 1, maxUnavailable 0), not maxUnavailable 1 /
+    maxSurge 0: serving capacity never drops below the replicas the tuner sized for the SLO (with one replica
+    the other choice is an outage); with no spare GPU the surge pod stays Pending and the old pods keep
+    serving the old config: a stalled rollout (Kubernetes marks it ProgressDeadlineExceeded), not a broken SLO.
+
     `desired_hash` (see `serving_digest`) goes on the Deployment itself, not on its pods: it changes with
     any serving object and must not roll them.
     """

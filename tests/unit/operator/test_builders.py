@@ -67,6 +67,11 @@ def test_deployment_requests_gpus_and_probes_model_ready() -> None:
     assert "--model-control-mode=explicit" in container["args"]
 
 
+def test_deployment_rolls_one_pod_at_a_time_without_losing_capacity() -> None:
+    spec = build_deployment(make_isvc().obj(), cache_key="eng-k", replicas=1, config_digest="x")["spec"]
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+
+
 def _objects(builder: Any) -> dict[str, dict[str, Any]]:
     desired = desired_state(builder.obj(), Observed(job=JobObservation(succeeded=True)))
     return {o["kind"]: o for o in desired.objects}
