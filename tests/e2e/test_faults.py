@@ -623,3 +623,63 @@ def test_serving_node_deleted_pod_moves_to_another(
     finally:
         for name in names:
             cluster.kubectl("delete", "node", name, "--wait=false", check=False)
+
+
+# ---------------------------------------------------------------------------------------- HA pair
+
+PEERING_CRD = Path(__file__).resolve().parents[2] / "charts" / "tailtune" / "crds" / "clusterkopfpeerings.kopf.dev.yaml"
+
+
+def test_active_operator_of_an_ha_pair_killed_the_standby_takes_over(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, recovery_table: RecoveryTable, tmp_path: Path
+) -> None:
+    peering = f"ha-{namespace[-6:]}"
+    cluster.kubectl("apply", "--server-side", f"--filename={PEERING_CRD}")
+    cluster.kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev", "--timeout=60s")
+    cluster.apply({"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": peering}})
+    env = {"TAILTUNE_PEERING_LIFETIME": "10"}
+    pair = [
+        OperatorProcess(cluster, tmp_path / f"{role}.log", env, (f"--peering={peering}", f"--priority={priority}"))
+        for role, priority in (("active", 200), ("standby", 100))
+    ]
+    active, standby = pair
+    operator.stop()  # a standalone operator would act beside the pair
+    try:
+        active.start()
+        cluster.wait_for("the active operator", lambda: "Resuming operations" in active.log_tail(400), 60)
+        standby.start()
+        cluster.wait_for("the standby", lambda: "Initial authentication has finished" in standby.log_tail(400), 60)
+        time.sleep(3)  # its first look at the peering object
+        engine_store(cluster, namespace)
+        cluster.apply(example(), namespace=namespace)
+        wait_condition(cluster, active, namespace, "resnet50", "Ready", "True")
+        active.kill()
+        killed = time.monotonic()
+        cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--type=merge", "-p",
+                        '{"spec": {"serving": {"replicas": {"min": 2, "max": 4}}}}')  # fmt: skip
+        try:
+            cluster.wait_for(
+                "the standby to apply the change", lambda: ready_with_replicas(cluster, namespace, "resnet50", 2), 45
+            )
+        except BaseException:
+            print("standby log:\n" + standby.log_tail(), file=sys.stderr)
+            raise
+        recover_s = time.monotonic() - killed
+        print(f"active operator killed: the standby applied a change {recover_s:.1f} s later")
+        assert standby.alive()
+        assert len(jobs(cluster, namespace)) == 1
+        assert [d["metadata"]["name"] for d in cluster.get("deployments", namespace=namespace)["items"]] == [
+            "resnet50-triton"
+        ]
+        recovery_table.record(
+            "the active operator of an HA pair SIGKILLed, then a spec change",
+            "the change waits while the standby still believes the active one alive (peering lifetime 10 s here, "
+            "60 s by default), then the standby applies it and status moves",
+            "nothing; 1 Job, 1 Deployment",
+            recover_s,
+        )
+    finally:
+        for op in pair:
+            op.stop()
+        operator.start()
+        cluster.kubectl("delete", "clusterkopfpeering", peering, "--wait=false", check=False)

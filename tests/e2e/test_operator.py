@@ -27,17 +27,24 @@ EXAMPLE = REPO / "examples" / "resnet-l4.yaml"
 class OperatorProcess:
     """`tailtune operator` in a subprocess, logging to a file; can be killed and restarted."""
 
-    def __init__(self, cluster: Cluster, log_path: Path, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, cluster: Cluster, log_path: Path, extra_env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+    ) -> None:
         self.cluster = cluster
         self.log_path = log_path
         self.extra_env = extra_env or {}
+        self.args = args
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         log = self.log_path.open("ab")
         env = {**self.cluster.env, **self.extra_env}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tailtune", "operator"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO
+            [sys.executable, "-m", "tailtune", "operator", *self.args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
         )
 
     def kill(self) -> None:
