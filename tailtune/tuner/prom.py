@@ -191,6 +191,12 @@ def fill(template: str, target: Target, window_seconds: float, percentile: float
     return template
 
 
+def fill_user_query(template: str, target: Target, window_seconds: float, percentile: float | None = None) -> str:
+    """A user's `latencyQuery`: placeholders filled, then the doubled braces the spec asks for (`{{` for a
+    literal `{`, as in Python's format strings) turned back into PromQL's single ones."""
+    return fill(template, target, window_seconds, percentile).replace("{{", "{").replace("}}", "}")
+
+
 def quantile_label(percentile: float) -> str:
     """Triton's quantile label for a percentile: 99 -> '0.99', 99.9 -> '0.999'."""
     return f"{percentile / 100:g}"
@@ -215,7 +221,7 @@ def build_queries(
     q = percentile / 100
     source: Source
     if latency_query is not None:
-        latency = f"({fill(latency_query, target, window_seconds, percentile)}) * 1000"
+        latency = f"({fill_user_query(latency_query, target, window_seconds, percentile)}) * 1000"
         span = window_seconds
         source, newest = "userQuery", f"max(timestamp(nv_inference_request_success{{{sel}}}))"
     elif histogram:

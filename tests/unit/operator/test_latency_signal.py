@@ -224,3 +224,14 @@ def test_a_failed_tick_retries_within_the_interval() -> None:
         n += 1
         t += retry_delay(n, 30)
     assert t - 20 <= 30
+
+
+def test_a_user_query_with_a_label_matcher_reaches_prometheus_with_single_braces() -> None:
+    # The spec check asks for literal braces doubled (Python format strings); PromQL needs them single.
+    from tailtune.tuner.prom import Target, fill_user_query
+
+    target = Target(namespace="ns", name="svc", model="m")
+    query = 'histogram_quantile(0.99, sum by (le) (rate(gw_seconds_bucket{{namespace="{namespace}"}}[{window}])))'
+    assert fill_user_query(query, target, 60) == (
+        'histogram_quantile(0.99, sum by (le) (rate(gw_seconds_bucket{namespace="ns"}[60s])))'
+    )
