@@ -7,12 +7,12 @@ from __future__ import annotations
 NAMESPACED: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("tailtune.io", "inferenceservices", frozenset({"get", "list", "watch", "patch"})),
     ("tailtune.io", "inferenceservices/status", frozenset({"get", "patch"})),
-    ("batch", "jobs", frozenset({"get", "list", "watch", "create", "patch"})),
+    ("batch", "jobs", frozenset({"get", "list", "watch", "create", "patch", "delete"})),
     ("apps", "deployments", frozenset({"get", "list", "watch", "create", "patch"})),
     ("", "configmaps", frozenset({"create", "patch"})),
     ("", "services", frozenset({"create", "patch"})),
     ("", "pods", frozenset({"get", "list", "watch"})),
-    ("", "events", frozenset({"create"})),
+    ("", "events", frozenset({"create", "list"})),
 )
 CRDS = ("apiextensions.k8s.io", "customresourcedefinitions", frozenset({"list", "watch"}))
 NAMESPACES = ("", "namespaces", frozenset({"list", "watch"}))
@@ -24,7 +24,6 @@ FORBIDDEN: tuple[tuple[str, str, bool], ...] = (
     ("get", "secrets", True),
     ("list", "secrets", True),
     ("delete", "deployments.apps", True),
-    ("delete", "jobs.batch", True),
     ("delete", "inferenceservices.tailtune.io", True),
     ("update", "inferenceservices.tailtune.io", True),
     ("update", "inferenceservices.tailtune.io/status", True),

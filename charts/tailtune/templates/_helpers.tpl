@@ -53,11 +53,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   resources: [inferenceservices/status]
   verbs: [get, patch]
 # Children are written by server-side apply (PATCH, which creates when absent: create is checked too).
-# Jobs and Deployments are also read and watched (kopf handlers on children); none is ever deleted: the garbage
-# collector removes them through ownerReferences.
+# Jobs and Deployments are also read and watched (kopf handlers on children). Build Jobs of cache keys no longer
+# in force are deleted once the new engine is Ready (the engine store is the cache, not the Job); everything
+# else is removed by the garbage collector through ownerReferences.
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [get, list, watch, create, patch]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch]
@@ -68,10 +69,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch]
-# Events on InferenceServices (ours and kopf's).
+# Events on InferenceServices (ours and kopf's); read back for a build Job's FailedCreate and `tailtune explain`.
 - apiGroups: [""]
   resources: [events]
-  verbs: [create]
+  verbs: [create, list]
 {{- end }}
 
 {{/* Namespaces that get an engine-store PVC, as a JSON list: engineStore.namespaces, else the watched namespaces,
