@@ -7,7 +7,7 @@ from __future__ import annotations
 NAMESPACED: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("tailtune.io", "inferenceservices", frozenset({"get", "list", "watch", "patch"})),
     ("tailtune.io", "inferenceservices/status", frozenset({"get", "patch"})),
-    ("batch", "jobs", frozenset({"get", "list", "watch", "create", "patch", "delete"})),
+    ("batch", "jobs", frozenset({"get", "list", "watch", "create", "patch"})),
     ("apps", "deployments", frozenset({"get", "list", "watch", "create", "patch"})),
     ("", "configmaps", frozenset({"create", "patch"})),
     ("", "services", frozenset({"create", "patch"})),
@@ -24,6 +24,7 @@ FORBIDDEN: tuple[tuple[str, str, bool], ...] = (
     ("get", "secrets", True),
     ("list", "secrets", True),
     ("delete", "deployments.apps", True),
+    ("delete", "jobs.batch", True),
     ("delete", "inferenceservices.tailtune.io", True),
     ("update", "inferenceservices.tailtune.io", True),
     ("update", "inferenceservices.tailtune.io/status", True),

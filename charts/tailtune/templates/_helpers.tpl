@@ -53,12 +53,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   resources: [inferenceservices/status]
   verbs: [get, patch]
 # Children are written by server-side apply (PATCH, which creates when absent: create is checked too).
-# Jobs and Deployments are also read and watched (kopf handlers on children). Build Jobs of cache keys no longer
-# in force are deleted once the new engine is Ready (the engine store is the cache, not the Job); everything
-# else is removed by the garbage collector through ownerReferences.
+# Jobs and Deployments are also read and watched (kopf handlers on children); none is deleted by the operator
+# under this chart: finished build Jobs expire by their TTL (the engine store is the cache, not the Job), the
+# rest goes with its owner through the garbage collector.
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [get, list, watch, create, patch, delete]
+  verbs: [get, list, watch, create, patch]
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch]
