@@ -63,6 +63,7 @@ from devkit.pods import (
 from devkit.procs import Process
 from devkit.shim import Shim
 from devkit.triton.local import find_triton, prepare_backend_dir, server_command, venv_site_packages
+from tailtune.engine_builder.ladder import ladder
 
 log = logging.getLogger("devkit.runtime")
 
@@ -425,7 +426,7 @@ class Runtime:
             argv.append("--no-timing")
             curve = curve_from_annotations(annotations)
             top = int(argv[argv.index("--max-batch") + 1]) if "--max-batch" in argv else 1
-            lp.emulated_ladder = tuple((b, round(curve.ms(b), 3)) for b in _ladder(top))
+            lp.emulated_ladder = tuple((b, round(curve.ms(b), 3)) for b in ladder(top))
         lp.argv = argv
         lp.env = self.env(container, mounts)
         tmp = mounts.host_path("/tmp")
@@ -706,23 +707,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 
-def _ladder(top: int) -> list[int]:
-    """Powers of two up to `top`, and `top` (the build's timing ladder)."""
-    sizes, b = [], 1
-    while b < top:
-        sizes.append(b)
-        b *= 2
-    return [*sizes, max(1, top)]
-
-
-def _report_emulated_ladder(path: Path, ladder: tuple[tuple[int, float], ...]) -> None:
+def _report_emulated_ladder(path: Path, points: tuple[tuple[int, float], ...]) -> None:
     """Add the emulated device's service time to a successful build's report (its termination message)."""
     try:
         report = json.loads(path.read_text())
     except (OSError, ValueError):
         return
     if isinstance(report, dict):
-        report["serviceTime"] = [{"batch": b, "ms": ms} for b, ms in ladder]
+        report["serviceTime"] = [{"batch": b, "ms": ms} for b, ms in points]
         path.write_text(json.dumps(report))
 
 

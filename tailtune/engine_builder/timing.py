@@ -10,6 +10,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tailtune.engine_builder.ladder import ladder as ladder
 from tailtune.engine_builder.onnx_model import DYNAMIC, DimRanges
 
 WARMUP_RUNS = 3
@@ -20,20 +21,6 @@ MIN_MS = 10**-MS_DECIMALS  # a faster batch is reported at this, never as 0 (a c
 
 # (batch, ms): the median execution time of one batch of `batch` requests.
 ServiceTime = tuple[tuple[int, float], ...]
-
-
-def ladder(max_batch: int) -> tuple[int, ...]:
-    """The batch sizes timed: powers of two up to the profile's max, and the max itself.
-
-    The same sizes as `tailtune.tuner.servicetime.ladder`, kept here because the builder never imports the tuner.
-    """
-    sizes = []
-    b = 1
-    while b < max_batch:
-        sizes.append(b)
-        b *= 2
-    sizes.append(max(1, max_batch))
-    return tuple(sizes)
 
 
 def median_ms(run: Callable[[], None], *, warmup: int, runs: int, clock: Callable[[], float]) -> float:

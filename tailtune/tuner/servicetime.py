@@ -21,6 +21,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tailtune.engine_builder.ladder import ladder as ladder
+
 Source = Literal["build", "live"]
 # Samples a live size needs before it replaces the build's figure (the first call of a size is slow).
 MIN_LIVE_SAMPLES = 5
@@ -55,17 +57,6 @@ class Estimate:
 
     ms: float
     extrapolated: bool
-
-
-def ladder(max_batch: int) -> tuple[int, ...]:
-    """The build's batch sizes: powers of two up to the profile's max, and the max itself."""
-    sizes = []
-    b = 1
-    while b < max_batch:
-        sizes.append(b)
-        b *= 2
-    sizes.append(max(1, max_batch))
-    return tuple(sizes)
 
 
 def learn(points: Sequence[CurvePoint], samples: Iterable[BatchSample]) -> tuple[CurvePoint, ...]:
