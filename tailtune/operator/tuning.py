@@ -64,6 +64,7 @@ from tailtune.operator.status import (
 from tailtune.triton.config import batching_from_config
 from tailtune.triton.control import ApplyError, apply_config, get_model_config_json, is_model_ready
 from tailtune.tuner import prom
+from tailtune.tuner.law import hold
 from tailtune.tuner.loop import ObservationReader, tune_once
 from tailtune.tuner.prom import TRITON_SUMMARY_QUANTILES, PrometheusUnavailable, Signal, quantile_label
 from tailtune.tuner.servicetime import BatchSample, CurvePoint
@@ -413,7 +414,7 @@ async def _live_batch_stats(
 
 def _memory(state: TunerState) -> dict[str, object]:
     """The state that matters across restarts; window bookkeeping alone is not worth a write."""
-    return state.model_dump(exclude={"last_window_end", "missing_windows", "recent_demand", "last_rate"})
+    return state.model_dump(exclude={"last_window_end", "missing_windows", "recent_demand"})
 
 
 @dataclass
@@ -527,15 +528,7 @@ async def _ended(
 
 def _held(decision: Decision, applied: InForce, state: TunerState, code: str, reason: str) -> Decision:
     """A hold while a rollout is in flight: the law's change waits for it."""
-    return Decision(
-        action="hold",
-        in_force=applied,
-        reason=reason,
-        reason_code=code,
-        state=state.model_copy(update={"last_reason_code": code}),
-        demand_rps=decision.demand_rps,
-        capacity_rps=decision.capacity_rps,
-    )
+    return hold(state, applied, code, reason, demand_rps=decision.demand_rps, capacity_rps=decision.capacity_rps)
 
 
 def slo_condition_moved(isvc: InferenceService, latency: LatencyStatus | float | None) -> bool:

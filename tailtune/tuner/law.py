@@ -126,13 +126,12 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     """Decide the config to have in force after one window. See the module docstring."""
     obs = observation
     if state.last_window_end is not None and obs.window_end <= state.last_window_end:
-        return _hold(state, in_force, WINDOW_ALREADY_SEEN, f"window ending {obs.window_end.isoformat()} already judged")
+        return hold(state, in_force, WINDOW_ALREADY_SEEN, f"window ending {obs.window_end.isoformat()} already judged")
     # Per-size execution times do not depend on the batching in force: learn from every window.
     st = state.model_copy(
         update={
             "last_window_end": obs.window_end,
             "live": learn(state.live, obs.batch_stats),
-            "last_rate": None if obs.request_rate is None else _completions_plus_growth(obs),
         }
     )
     pname = f"P{policy.percentile:g}"
@@ -146,16 +145,16 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         missing = "latency" if obs.p_latency_ms is None else "request rate" if obs.request_rate is None else ""
         what = f"{missing} signal missing" if missing else f"only {obs.sample_count} samples"
         st = _reset(st).model_copy(update={"missing_windows": st.missing_windows + 1})
-        return _hold(st, in_force, SIGNAL_MISSING, f"{what}; holding the config, never moving blind", missing=True)
+        return hold(st, in_force, SIGNAL_MISSING, f"{what}; holding the config, never moving blind", missing=True)
     if in_force.changed_at is not None and obs.window_start < in_force.changed_at:
-        return _hold(
+        return hold(
             st,
             in_force,
             STALE_WINDOW,
             f"window from {obs.window_start.isoformat()} overlaps the change at {in_force.changed_at.isoformat()}",
         )
     if obs.ready_replicas is not None and obs.ready_replicas < in_force.replicas:
-        return _hold(st, in_force, REPLICAS_NOT_READY, f"{obs.ready_replicas}/{in_force.replicas} replicas ready")
+        return hold(st, in_force, REPLICAS_NOT_READY, f"{obs.ready_replicas}/{in_force.replicas} replicas ready")
 
     curve = Curve(merged(policy.build_curve, st.live))
     r = _read(obs, obs.p_latency_ms, obs.request_rate, in_force, policy)
@@ -193,14 +192,7 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     # the candidates it gets their share, so a switch is never an artefact of the calibration.
     observed = candidate(curve, mb, delay, policy, st.calibration)
     current = candidate(curve, mb, delay, policy, mild)
-    if r.saturated:
-        # Requests pile up under the config in force: what it delivers is its capacity, whatever the model says
-        # (e.g. batches that ran away to a slow max batch on a superlinear curve).
-        delivered = r.rate / max(1, in_force.replicas)
-        observed, current = (
-            dataclasses.replace(c, capacity_rps=min(c.capacity_rps, delivered), robust_rps=min(c.robust_rps, delivered))
-            for c in (observed, current)
-        )
+    observed, current = _as_delivered(observed, r, in_force), _as_delivered(current, r, in_force)
     fragile = is_fragile(curve, current, policy)
     at_risk = in_force.replicas * observed.carries() < load or fragile
     relieve = st.bad_windows >= policy.bad_windows or r.overloaded
@@ -212,9 +204,9 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
             if bad
             else (WITHIN_BAND, "within the band")
         )
-        return _hold(st, in_force, code, f"{seen}: {why}", demand_rps=r.demand_rps, capacity_rps=cap_total)
+        return hold(st, in_force, code, f"{seen}: {why}", demand_rps=r.demand_rps, capacity_rps=cap_total)
     if relieve and r.draining:
-        return _hold(
+        return hold(
             st,
             in_force,
             BACKLOG_DRAINING,
@@ -224,7 +216,7 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         )
     if in_force.changed_at is not None and now - in_force.changed_at < timedelta(seconds=policy.cooldown_seconds):
         left = policy.cooldown_seconds - (now - in_force.changed_at).total_seconds()
-        return _hold(
+        return hold(
             st,
             in_force,
             COOLDOWN,
@@ -235,14 +227,8 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
 
     if plan.within_slo_only:
         # The plan's candidates were judged against the SLO, not the aim: so is the config in force here.
-        current = candidate(curve, mb, delay, policy.model_copy(update={"headroom": 1.0}), mild)
-        if r.saturated:
-            delivered = r.rate / max(1, in_force.replicas)
-            current = dataclasses.replace(
-                current,
-                capacity_rps=min(current.capacity_rps, delivered),
-                robust_rps=min(current.robust_rps, delivered),
-            )
+        at_slo = policy.model_copy(update={"headroom": 1.0})
+        current = _as_delivered(candidate(curve, mb, delay, at_slo, mild), r, in_force)
     target, replicas = _choose(plan, current, in_force, r, relieve, policy)
     if replicas < in_force.replicas:
         # Scale in only as far as the highest demand of the stabilization window allows, only once the
@@ -270,7 +256,7 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         in_force.replicas,
     ):
         code = SLO_INFEASIBLE if infeasible else AT_LIMITS if relieve else SETTLED
-        return _hold(
+        return hold(
             st, in_force, code, f"{seen}: {why}", infeasible=infeasible, demand_rps=r.demand_rps, capacity_rps=cap_total
         )
     batching = _batching(target.max_batch, target.delay_us, policy)
@@ -296,19 +282,14 @@ def _idle(st: TunerState, in_force: InForce, policy: Policy, now: datetime) -> D
     curve = Curve(merged(policy.build_curve, st.live))
     cooling = in_force.changed_at is not None and now - in_force.changed_at < timedelta(seconds=policy.cooldown_seconds)
     if not curve or cooling:
-        return _hold(st, in_force, NO_TRAFFIC, "no requests in the window; holding the config")
+        return hold(st, in_force, NO_TRAFFIC, "no requests in the window; holding the config")
     # Any config a canary rejected lately stays out, whatever load it failed at.
-    recent = frozenset(
-        (x.batching.max_batch_size, x.batching.max_queue_delay_microseconds)
-        for x in st.rejected
-        if now - x.at < REJECTED_FOR
-    )
-    plan = best_plan(curve, 0.0, policy, 1.0, backlog=False, avoid=recent)
+    plan = best_plan(curve, 0.0, policy, 1.0, backlog=False, avoid=rejected_now(st, None, now))
     b = in_force.batching
     current = candidate(curve, b.max_batch_size, b.max_queue_delay_microseconds, policy, 1.0)
     best = plan.candidate
     if not is_fragile(curve, current, policy):
-        return _hold(st, in_force, NO_TRAFFIC, "no requests in the window; holding the config")
+        return hold(st, in_force, NO_TRAFFIC, "no requests in the window; holding the config")
     batching = _batching(best.max_batch, best.delay_us, policy)
     reason = (
         f"no traffic: max batch {best.max_batch} carries {best.carries():.0f} req/s per replica within the aim "
@@ -321,10 +302,18 @@ def _idle(st: TunerState, in_force: InForce, policy: Policy, now: datetime) -> D
     return Decision(action="change", in_force=new, reason=reason, reason_code=code, state=st)
 
 
+def _as_delivered(c: Candidate, r: _Reading, in_force: InForce) -> Candidate:
+    """The config in force as it performs: while requests pile up under it, what it delivers is its capacity,
+    whatever the model says (e.g. batches that ran away to a slow max batch on a superlinear curve)."""
+    if not r.saturated:
+        return c
+    delivered = r.rate / max(1, in_force.replicas)
+    return dataclasses.replace(c, capacity_rps=min(c.capacity_rps, delivered), robust_rps=min(c.robust_rps, delivered))
+
+
 def safe_capacity(curve: Curve, max_batch: int, delay_us: int) -> float:
     """Capacity that survives a burst: past the most efficient batch, what full batches drain."""
-    cap = _capacity(tuple(curve.sizes), tuple(curve.times), max_batch, delay_us)
-    return min(cap, 1000.0 * max_batch / curve.ms(max_batch))
+    return min(_curve_capacity(curve, max_batch, delay_us), 1000.0 * max_batch / curve.ms(max_batch))
 
 
 def is_fragile(curve: Curve, current: Candidate, policy: Policy) -> bool:
@@ -338,6 +327,10 @@ def is_fragile(curve: Curve, current: Candidate, policy: Policy) -> bool:
     return now * FRAGILE_FACTOR < most
 
 
+def _curve_capacity(curve: Curve, max_batch: int, delay_us: int) -> float:
+    return _capacity(tuple(curve.sizes), tuple(curve.times), max_batch, delay_us)
+
+
 @functools.lru_cache(maxsize=8192)
 def _capacity(sizes: tuple[int, ...], times: tuple[float, ...], max_batch: int, delay_us: int) -> float:
     """`model.capacity` of a curve given by its points (memoized: the planner asks for it many times)."""
@@ -348,13 +341,12 @@ def _capacity(sizes: tuple[int, ...], times: tuple[float, ...], max_batch: int, 
 def candidate(curve: Curve, max_batch: int, delay_us: int, policy: Policy, calibration: float) -> Candidate:
     """What the model says of one batching config for one replica."""
     t = curve.ms
-    cap = _capacity(tuple(curve.sizes), tuple(curve.times), max_batch, delay_us)
+    cap = _curve_capacity(curve, max_batch, delay_us)
     # Every target binds: the load a config carries is the least it carries within any of them.
     robust = min(
         max_rate(t, max_batch, delay_us, policy.instances, policy.headroom * slo / max(calibration, 1e-6), pct, cap)
         for pct, slo in ((policy.percentile, policy.slo_ms), *policy.other_targets)
     )
-    capacity = cap
     full = 1000.0 * max_batch / t(max_batch)
     if full < cap:
         # Past the most efficient batch a greedy batcher keeps up only while batches stay small; one burst that
@@ -363,8 +355,8 @@ def candidate(curve: Curve, max_batch: int, delay_us: int, policy: Policy, calib
     return Candidate(
         max_batch=max_batch,
         delay_us=delay_us,
-        capacity_rps=capacity,
-        robust_rps=min(robust, policy.util_target * capacity),
+        capacity_rps=cap,
+        robust_rps=min(robust, policy.util_target * cap),
         extrapolated=max_batch > curve.largest,
     )
 
@@ -391,13 +383,17 @@ def candidate_delays(curve: Curve, max_batch: int, policy: Policy) -> list[int]:
     return sorted(delays)
 
 
-def rejected_now(st: TunerState, demand_rps: float, now: datetime) -> frozenset[tuple[int, int]]:
-    """(max batch, delay) of the configs a canary rejected recently at about this demand."""
+def rejected_now(st: TunerState, demand_rps: float | None, now: datetime) -> frozenset[tuple[int, int]]:
+    """(max batch, delay) of the configs a canary rejected recently at about this demand (any demand: None)."""
     return frozenset(
         (x.batching.max_batch_size, x.batching.max_queue_delay_microseconds)
         for x in st.rejected
         if now - x.at < REJECTED_FOR
-        and (x.demand_rps is None or abs(demand_rps - x.demand_rps) <= REJECTED_DEMAND_SHARE * max(x.demand_rps, 1.0))
+        and (
+            demand_rps is None
+            or x.demand_rps is None
+            or abs(demand_rps - x.demand_rps) <= REJECTED_DEMAND_SHARE * max(x.demand_rps, 1.0)
+        )
     )
 
 
@@ -502,13 +498,13 @@ def _without_curve(
 ) -> Decision:
     """No measured service time yet: only replicas can answer a confirmed overload."""
     if st.bad_windows < policy.bad_windows and not r.overloaded:
-        return _hold(
+        return hold(
             st, in_force, CONFIRMING if r.over or r.saturated else WITHIN_BAND, f"{seen}: no service-time curve yet"
         )
     if in_force.changed_at is not None and now - in_force.changed_at < timedelta(seconds=policy.cooldown_seconds):
-        return _hold(st, in_force, COOLDOWN, f"{seen}: cooling down")
+        return hold(st, in_force, COOLDOWN, f"{seen}: cooling down")
     if in_force.replicas >= policy.replicas_max:
-        return _hold(
+        return hold(
             st,
             in_force,
             AT_LIMITS,
@@ -522,10 +518,6 @@ def _without_curve(
     return Decision(
         action="change", in_force=new, reason=reason, reason_code=SCALED_OUT, state=st, demand_rps=r.demand_rps
     )
-
-
-def _completions_plus_growth(obs: Observation) -> float:
-    return (obs.request_rate or 0.0) + max(0.0, obs.queue_growth_rps or 0.0)
 
 
 def _read(obs: Observation, p_ms: float, rate: float, in_force: InForce, policy: Policy) -> _Reading:
@@ -604,7 +596,7 @@ def _reset(st: TunerState) -> TunerState:
     return st.model_copy(update={"bad_windows": 0, "good_windows": 0})
 
 
-def _hold(
+def hold(
     st: TunerState,
     in_force: InForce,
     code: str,
@@ -615,6 +607,7 @@ def _hold(
     demand_rps: float | None = None,
     capacity_rps: float | None = None,
 ) -> Decision:
+    """A decision that keeps the config in force, with why (the state remembers the reason code)."""
     return Decision(
         action="hold",
         in_force=in_force,

@@ -123,9 +123,3 @@ class Curve:
     def ms(self, batch: float) -> float:
         """t(batch) in ms."""
         return self.estimate(batch).ms
-
-    def best_throughput_batch(self, upto: int) -> int:
-        """The size with the lowest time per request up to `upto` (the smallest of ties within 1 %)."""
-        costs = {b: self.ms(b) / b for b in range(1, max(1, upto) + 1)}
-        best = min(costs.values())
-        return min(b for b, c in costs.items() if c <= best * 1.01)

@@ -188,7 +188,6 @@ class TunerState(_Frozen):
     """
 
     last_window_end: datetime | None = None
-    last_rate: float | None = None
     bad_windows: int = 0
     # End of the last window counted bad: an overlapping one is not counted again.
     last_bad_window_end: datetime | None = None
@@ -231,7 +230,6 @@ class Decision(_Frozen):
     infeasible: bool = False
     demand_rps: float | None = None
     capacity_rps: float | None = None
-    predicted_ms: float | None = None
 
     @property
     def batching(self) -> Batching:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -466,5 +466,3 @@ def plot(setup: Setup, summaries: Sequence[dict[str, Any]], path: Path, title: s
     fig.savefig(path, dpi=90)
     plt.close(fig)
 
-
-PolicyRunner = Callable[[Setup], Run]
