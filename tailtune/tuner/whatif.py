@@ -440,19 +440,24 @@ def plot(setup: Setup, summaries: Sequence[dict[str, Any]], path: Path, title: s
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
-    for s in summaries:
+    for i, s in enumerate(summaries):
         tl = s["timeline"]
         xs = [r["t_s"] + setup.interval_s for r in tl]
-        axes[0].plot(xs, [r["p_ms"] if r["p_ms"] is not None else np.nan for r in tl], label=s["policy"])
-        axes[1].plot(xs, [r["goodput_rps"] for r in tl], label=s["policy"])
-        axes[2].step(xs, [r["max_batch"] for r in tl], where="pre", label=f"{s['policy']} max batch")
+        color = f"C{i}"  # one color per policy in every panel
+        p_ms = [r["p_ms"] if r["p_ms"] is not None else np.nan for r in tl]
+        axes[0].plot(xs, p_ms, color=color, label=s["policy"])
+        axes[1].plot(xs, [r["goodput_rps"] for r in tl], color=color, label=s["policy"])
+        axes[2].step(xs, [r["max_batch"] for r in tl], where="pre", color=color, label=f"{s['policy']} max batch")
         if s["policy"] == "tailtune":
-            axes[2].step(xs, [r["replicas"] for r in tl], where="pre", linestyle=":", label="tailtune replicas")
+            reps = [r["replicas"] for r in tl]
+            axes[2].step(xs, reps, where="pre", color=color, linestyle=":", label="tailtune replicas")
     if summaries:
         tl = summaries[0]["timeline"]
-        axes[1].plot([r["t_s"] + setup.interval_s for r in tl], [r["rate_rps"] for r in tl], "k--", label="offered")
+        xs = [r["t_s"] + setup.interval_s for r in tl]
+        axes[1].step(xs, [r["rate_rps"] for r in tl], "k--", where="pre", label="offered")
     axes[0].axhline(setup.slo_ms, color="red", linestyle="--", label=f"SLO {setup.slo_ms:g} ms")
     axes[0].set_yscale("symlog", linthresh=max(1.0, setup.slo_ms / 10))
+    axes[0].set_ylim(bottom=0)  # latencies are never negative: no mirrored half of the symlog axis
     axes[0].set_ylabel(f"P{setup.percentile:g} of arrivals (ms)")
     axes[1].set_ylabel("goodput (req/s in SLO)")
     axes[2].set_ylabel("max batch / replicas")
