@@ -7,13 +7,15 @@ from __future__ import annotations
 NAMESPACED: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("tailtune.io", "inferenceservices", frozenset({"get", "list", "watch", "patch"})),
     ("tailtune.io", "inferenceservices/status", frozenset({"get", "patch"})),
-    ("batch", "jobs", frozenset({"get", "list", "watch", "create", "patch"})),
+    ("batch", "jobs", frozenset({"get", "list", "watch", "create", "patch", "delete"})),
     ("apps", "deployments", frozenset({"get", "list", "watch", "create", "patch"})),
-    ("", "configmaps", frozenset({"create", "patch"})),
-    ("", "services", frozenset({"create", "patch"})),
+    ("", "configmaps", frozenset({"list", "watch", "create", "patch"})),
+    ("", "services", frozenset({"list", "watch", "create", "patch"})),
     ("", "pods", frozenset({"get", "list", "watch"})),
     ("", "events", frozenset({"create", "list"})),
 )
+# The only delete the operator has: build Jobs of cache keys no longer in force (kube.delete_obsolete_jobs).
+DELETABLE = frozenset({("batch", "jobs")})
 CRDS = ("apiextensions.k8s.io", "customresourcedefinitions", frozenset({"list", "watch"}))
 NAMESPACES = ("", "namespaces", frozenset({"list", "watch"}))
 CLUSTER_PEERINGS = ("kopf.dev", "clusterkopfpeerings", frozenset({"get", "list", "watch", "patch"}))
@@ -24,7 +26,10 @@ FORBIDDEN: tuple[tuple[str, str, bool], ...] = (
     ("get", "secrets", True),
     ("list", "secrets", True),
     ("delete", "deployments.apps", True),
-    ("delete", "jobs.batch", True),
+    ("delete", "configmaps", True),
+    ("delete", "services", True),
+    ("delete", "pods", True),
+    ("deletecollection", "jobs.batch", True),
     ("delete", "inferenceservices.tailtune.io", True),
     ("update", "inferenceservices.tailtune.io", True),
     ("update", "inferenceservices.tailtune.io/status", True),

@@ -6,6 +6,7 @@ the active one is killed, with no duplicate children, proves the HA set-up.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -71,6 +72,22 @@ def test_two_peered_operators_under_the_chart_account(cluster: Cluster, namespac
             # when it saw the peer after starting, so the handlers' own log lines are what is compared).
             assert "Handler 'on_change'" in (tmp_path / "active.log").read_text()
             assert "Handler 'on_change'" not in (tmp_path / "standby.log").read_text(), "the standby acted"
+            assert "their hand edits are repaired by the resync only" not in (tmp_path / "active.log").read_text()
+
+            # A hand edit of the ConfigMap is seen through the chart's list/watch and repaired at once (without
+            # it, only the 300 s resync would).
+            config = cluster.get("configmap", "resnet50-triton-config", namespace)["data"]["config.pbtxt"]
+            edited = json.dumps({"data": {"config.pbtxt": config.replace("max_batch_size: 8", "max_batch_size: 2")}})
+            edit = time.monotonic()
+            cm = "resnet50-triton-config"
+            cluster.kubectl("patch", "configmap", cm, "-n", namespace, "--type=merge", "-p", edited)
+            time.sleep(0.3)
+            cluster.wait_for(
+                "the ConfigMap repaired under the chart's account",
+                lambda: cluster.get("configmap", cm, namespace)["data"]["config.pbtxt"] == config,
+                15,
+            )
+            print(f"ConfigMap hand edit repaired under the chart's account in {time.monotonic() - edit:.1f} s")
 
             active.send_signal(signal.SIGKILL)
             active.wait(timeout=10)
@@ -95,6 +112,20 @@ def test_two_peered_operators_under_the_chart_account(cluster: Cluster, namespac
                 "get", "deployments", "-n", namespace, "-l", "app.kubernetes.io/component=triton", "-o", "name"
             ).stdout.split()
             assert triton == ["deployment.apps/resnet50-triton"]
+
+            # An engine change: once the new engine is Ready, the obsolete build Job is deleted under the chart's
+            # account (its one delete), and only that Job.
+            first = [j["metadata"]["name"] for j in jobs(cluster, namespace)]
+            cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--type=merge", "-p",
+                            '{"spec": {"engine": {"precision": "fp32"}}}')  # fmt: skip
+
+            def only_the_new_job() -> bool:
+                tis = cluster.get("tis", "resnet50", namespace)
+                names = [j["metadata"]["name"] for j in jobs(cluster, namespace)]
+                return ready(tis) and names == [tis["status"]["engine"]["cacheKey"]] and names != first
+
+            cluster.wait_for("the obsolete build Job deleted under the chart's account", only_the_new_job, 90)
+            assert "may not delete obsolete build Job" not in (tmp_path / "standby.log").read_text()
             cluster.kubectl("delete", "tis", "resnet50", "-n", namespace, "--wait=true", "--timeout=60s")
         finally:
             for proc in (active, standby):

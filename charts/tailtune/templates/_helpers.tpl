@@ -53,18 +53,22 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   resources: [inferenceservices/status]
   verbs: [get, patch]
 # Children are written by server-side apply (PATCH, which creates when absent: create is checked too).
-# Jobs and Deployments are also read and watched (kopf handlers on children); none is deleted by the operator
-# under this chart: finished build Jobs expire by their TTL (the engine store is the cache, not the Job), the
-# rest goes with its owner through the garbage collector.
+# Jobs and Deployments are also read and watched (kopf handlers on children).
+# delete on Jobs only: once the engine a spec asks for is built, the build Jobs of keys no longer in force
+# (running or done) are deleted, so an obsolete build stops holding a GPU and old Jobs do not pile up; the
+# Job of the key in force is kept (its name is the cache key: a finished one is a cache hit). Nothing else is
+# ever deleted by the operator: the rest goes with its owner through the garbage collector.
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [get, list, watch, create, patch]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch]
+# The ConfigMap and Service are watched (list/watch, by our managed-by label) so a hand edit or deletion is
+# repaired within seconds of its event, not at the next resync; they are never read one by one (no get).
 - apiGroups: [""]
   resources: [configmaps, services]
-  verbs: [create, patch]
+  verbs: [list, watch, create, patch]
 # Pods of the build Job and of Triton: termination messages, readiness, unschedulable reasons, IPs.
 - apiGroups: [""]
   resources: [pods]
