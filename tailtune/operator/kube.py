@@ -166,6 +166,7 @@ class KubeCluster:
             ready_replicas=st.ready_replicas or 0,
             unschedulable=unschedulable,
             not_ready_reason=not_ready,
+            replica_failure=_replica_failure(dep),
             ready_pod_ips=tuple(sorted(ready_ips)),
             desired_hash=(dep.metadata.annotations or {}).get(DESIRED_HASH_ANNOTATION, ""),
         )
@@ -326,6 +327,14 @@ def _child_key(kind: str, namespace: str, name: str) -> tuple[str, str, str]:
 def _version(kind: str, meta: dict[str, Any]) -> str:
     # A Deployment's status moves all the time (new resourceVersion); its generation moves only with its spec.
     return str(meta.get("generation", "")) if kind == "Deployment" else str(meta.get("resourceVersion", ""))
+
+
+def _replica_failure(dep: Any) -> str:
+    """The Deployment's ReplicaFailure condition (copied from its ReplicaSets' FailedCreate), "" when none."""
+    for c in dep.status.conditions or []:
+        if c.type == "ReplicaFailure" and c.status == "True":
+            return str(c.message or c.reason or "FailedCreate")
+    return ""
 
 
 def _termination_message(pod: Any) -> str:

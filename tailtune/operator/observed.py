@@ -39,6 +39,9 @@ class DeploymentObservation:
     ready_replicas: int = 0
     unschedulable: str = ""  # scheduler message of a pod that cannot be placed
     not_ready_reason: str = ""  # e.g. the readiness probe's last failure (warmup not done or failed)
+    # The Deployment's ReplicaFailure message: its ReplicaSet cannot create pods (a ResourceQuota, an admission
+    # policy, a pod field only the ReplicaSet controller's create meets); "" when it can.
+    replica_failure: str = ""
     ready_pod_ips: tuple[str, ...] = ()  # targets of a hot batching reload (read only when asked for)
     desired_hash: str = ""  # digest of the serving objects last applied (annotation on the Deployment)
 

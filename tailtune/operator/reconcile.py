@@ -246,7 +246,8 @@ async def _write_if_changed(
     await cluster.write_status(isvc.metadata, status)
     moved = tuple(transitions(isvc.status.conditions, status.conditions))
     for c in _one_event_each(moved):
-        kind = "Normal" if c.status == "True" or c.type == st.SLO_MET else "Warning"
+        normal = (c.status == "True" and c.reason not in st.WARNING_REASONS) or c.type == st.SLO_MET
+        kind = "Normal" if normal else "Warning"
         await cluster.emit_event(isvc.metadata, kind, c.reason or c.type, f"{c.type}={c.status}: {c.message}")
     return moved
 

@@ -36,6 +36,8 @@ INVALID_MODEL_CONFIG = "InvalidModelConfig"
 DEPLOYMENT_PENDING = "DeploymentPending"
 UNSCHEDULABLE = "Unschedulable"
 PODS_NOT_READY = "PodsNotReady"
+PODS_NOT_CREATED = "PodsNotCreated"
+SERVING_DEGRADED = "ServingDegraded"
 SERVING_AVAILABLE = "ServingAvailable"
 NO_LATENCY_DATA = "NoLatencyData"
 SLO_VIOLATED = "SLOViolated"
@@ -48,6 +50,8 @@ SLO_INFEASIBLE = "SLOInfeasible"
 ALL_READY = "AllComponentsReady"
 CHILD_REJECTED = "ChildRejected"
 ENGINE_BUILD_POD_NOT_CREATED = "EngineBuildPodNotCreated"
+# A condition that is True and still a warning: its Event is a Warning, not Normal.
+WARNING_REASONS = frozenset({SERVING_DEGRADED})
 
 _MISSING_PVC = re.compile(r'persistentvolumeclaim "([^"]+)" not found', re.IGNORECASE)
 _UNBOUND_PVC = re.compile(r"unbound (immediate )?PersistentVolumeClaims", re.IGNORECASE)
@@ -129,6 +133,12 @@ def compute_serving_condition(
     if dep is None:
         return _cond(SERVING_READY, False, DEPLOYMENT_PENDING, "Triton Deployment not created yet")
     counts = f"{dep.ready_replicas}/{dep.replicas} Triton pods ready"
+    if dep.replica_failure:
+        # Pods the ReplicaSet cannot create: some still serving is degraded, none is not serving.
+        detail = f"{counts}; the Deployment cannot create pods: {dep.replica_failure}"
+        if dep.ready_replicas > 0:
+            return _cond(SERVING_READY, True, SERVING_DEGRADED, detail)
+        return _cond(SERVING_READY, False, PODS_NOT_CREATED, detail)
     if dep.ready_replicas > 0:
         return _cond(SERVING_READY, True, SERVING_AVAILABLE, counts)
     if dep.unschedulable:

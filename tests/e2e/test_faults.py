@@ -190,6 +190,84 @@ def test_build_pod_the_job_cannot_create_is_named(
     )
 
 
+def _quota(cluster: Cluster, namespace: str, pods: int) -> None:
+    """A ResourceQuota on pods, once the quota controller has counted what runs (admission refuses every pod
+    while a quota has no usage yet, which is not the fault under test)."""
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "pods"},
+        "spec": {"hard": {"pods": str(pods)}},
+    }
+    cluster.apply(quota, namespace=namespace)
+
+    def counted() -> bool:
+        q = cluster.get("resourcequota", "pods", namespace)
+        return bool(q and q.get("status", {}).get("hard", {}).get("pods") == str(pods) and "used" in q["status"])
+
+    cluster.wait_for("the quota's usage counted", counted, 30)
+
+
+def test_triton_pods_the_replicaset_cannot_create_are_named(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, recovery_table: RecoveryTable
+) -> None:
+    engine_store(cluster, namespace)
+    cluster.apply(example(), namespace=namespace)
+    wait_condition(cluster, operator, namespace, "resnet50", "Ready", "True")
+    _quota(cluster, namespace, 1)  # the one Triton pod fits; the build pod has finished and counts no more
+    start = time.monotonic()
+    cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--type=merge", "-p",
+                    '{"spec": {"serving": {"replicas": {"min": 2, "max": 4}}}}')  # fmt: skip
+    # One pod serves, the second cannot be created: degraded, with the ReplicaSet controller's words.
+    c = wait_condition(cluster, operator, namespace, "resnet50", "ServingReady", "True", "ServingDegraded", 30)
+    print(
+        f"second Triton pod refused by the quota: ServingReady=True/ServingDegraded {time.monotonic() - start:.1f} s "
+        "after the spec change"
+    )
+    assert "1/2 Triton pods ready" in c["message"] and "exceeded quota" in c["message"], c["message"]
+    tis = cluster.get("tis", "resnet50", namespace)
+    assert (condition(tis, "Ready") or {}).get("status") == "True"  # one pod still serves
+    assert tis["status"]["replicas"] == {"desired": 2, "ready": 1}
+
+    # No pod at all: the only serving pod is gone and cannot come back.
+    _quota(cluster, namespace, 0)
+    start = time.monotonic()
+    cluster.kubectl("delete", "pods", "-n", namespace, "-l", "app.kubernetes.io/component=triton", "--wait=false")
+    c = wait_condition(cluster, operator, namespace, "resnet50", "Ready", "False", "PodsNotCreated", 30)
+    print(f"serving pod deleted under pods=0: Ready=False/PodsNotCreated {time.monotonic() - start:.1f} s later")
+    assert "0/2 Triton pods ready" in c["message"] and "exceeded quota" in c["message"], c["message"]
+    assert_quiet(cluster, namespace, "resnet50")
+    seen = [(e["type"], e["reason"]) for e in events(cluster, namespace, "resnet50")]
+    assert seen.count(("Warning", "ServingDegraded")) == 1, seen
+    assert seen.count(("Warning", "PodsNotCreated")) == 1, seen
+
+    start = time.monotonic()
+    cluster.kubectl("delete", "resourcequota", "pods", "-n", namespace)
+
+    def serving_both() -> bool:
+        tis = cluster.get("tis", "resnet50", namespace)
+        serving = condition(tis, "ServingReady") or {}
+        return serving.get("reason") == "ServingAvailable" and tis["status"]["replicas"] == {"desired": 2, "ready": 2}
+
+    try:
+        cluster.wait_for("both Triton pods ready once the quota is gone", serving_both, 120)
+    except BaseException:
+        print("operator log:\n" + operator.log_tail(), file=sys.stderr)
+        raise
+    recover_s = time.monotonic() - start
+    print(f"quota lifted: 2/2 Triton pods ready, ServingAvailable {recover_s:.1f} s later")
+    assert ("Normal", "ServingAvailable") in [(e["type"], e["reason"]) for e in events(cluster, namespace, "resnet50")]
+    assert len(cluster.get("deployments", namespace=namespace)["items"]) == 1
+    recovery_table.record(
+        "Triton pods the ReplicaSet cannot create (ResourceQuota: pods=1 with 2 replicas, then pods=0)",
+        "ServingReady=True/ServingDegraded (1/2 ready) then Ready=False/PodsNotCreated (0/2), each with the "
+        "quota's message and one Warning Event; Ready again once the quota is gone (the ReplicaSet controller's "
+        "own retry backoff bounds the recovery)",
+        "nothing; 1 Deployment",
+        recover_s,
+    )
+
+
 # ------------------------------------------------------------------------------------------- drift
 
 

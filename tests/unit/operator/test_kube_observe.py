@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from tailtune.operator.kube import _not_ready_reason, _termination_message, _unschedulable
+from tailtune.operator.kube import _not_ready_reason, _replica_failure, _termination_message, _unschedulable
 
 
 def _pod(statuses: list[client.V1ContainerStatus], conditions: list[client.V1PodCondition]) -> client.V1Pod:
@@ -47,3 +47,19 @@ def test_build_pod_message_and_unschedulable() -> None:
     )
     assert _unschedulable(_pod([], [pending])) == "0/3 nodes are available"
     assert _unschedulable(_pod([], [])) == ""
+
+
+def _deployment(*conditions: client.V1DeploymentCondition) -> client.V1Deployment:
+    spec = client.V1DeploymentSpec(selector=client.V1LabelSelector(), template=client.V1PodTemplateSpec())
+    return client.V1Deployment(spec=spec, status=client.V1DeploymentStatus(conditions=list(conditions)))
+
+
+def test_replica_failure_is_the_deployments_condition_message() -> None:
+    message = 'pods "t-1" is forbidden: exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1'
+    failing = client.V1DeploymentCondition(type="ReplicaFailure", status="True", reason="FailedCreate", message=message)
+    progressing = client.V1DeploymentCondition(type="Progressing", status="True", message="ReplicaSet is progressing")
+    assert _replica_failure(_deployment(progressing, failing)) == message
+    assert _replica_failure(_deployment(progressing)) == ""
+    assert _replica_failure(_deployment()) == ""
+    cleared = client.V1DeploymentCondition(type="ReplicaFailure", status="False", message=message)
+    assert _replica_failure(_deployment(cleared)) == ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -111,6 +112,24 @@ def test_built_engine_and_ready_pods_make_ready_and_steady_state_writes_nothing(
     assert ("Normal", "AllComponentsReady") in cluster.events
     _run(_with_status(raw, status), cluster)
     assert len(cluster.statuses) == 1  # unchanged status is not written again
+
+
+def test_pods_the_replicaset_cannot_create_are_a_warning_even_while_some_serve() -> None:
+    quota = 'pods "demo-triton-1" is forbidden: exceeded quota: q'
+    dep = DeploymentObservation(replicas=2, ready_replicas=1, replica_failure=quota)
+    cluster = RecordingCluster(Observed(job=JobObservation(succeeded=True), deployment=dep))
+    raw = make_isvc().dict()
+    _run(raw, cluster)
+    status = cluster.statuses[-1]
+    assert _cond(status, "ServingReady") == ("True", "ServingDegraded")
+    assert quota in next(c.message for c in status.conditions if c.type == "ServingReady")
+    assert _cond(status, "Ready") == ("True", "AllComponentsReady")  # one pod serves
+    assert cluster.events.count(("Warning", "ServingDegraded")) == 1
+    # None left: Ready=False, told once by ServingReady (not again by Ready mirroring it).
+    cluster.observed = Observed(job=JobObservation(succeeded=True), deployment=replace(dep, ready_replicas=0))
+    _run(_with_status(raw, status), cluster)
+    assert _cond(cluster.statuses[-1], "Ready") == ("False", "PodsNotCreated")
+    assert [e for e in cluster.events if e[1] == "PodsNotCreated"] == [("Warning", "PodsNotCreated")]
 
 
 def test_failed_build_copies_the_termination_message() -> None:

@@ -13,6 +13,7 @@ from tests.unit.factories import make_isvc
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 T1 = datetime(2026, 1, 1, 0, 5, tzinfo=UTC)
+QUOTA = 'pods "t-1" is forbidden: exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1'
 
 
 @pytest.mark.parametrize(
@@ -50,6 +51,14 @@ def test_engine_condition(job: JobObservation | None, status: str, reason: str, 
         (True, DeploymentObservation(replicas=1, not_ready_reason="triton: CrashLoopBackOff"), None, "False",
          st.PODS_NOT_READY, "CrashLoopBackOff"),
         (True, DeploymentObservation(replicas=2, ready_replicas=1), None, "True", st.SERVING_AVAILABLE, "1/2"),
+        # The ReplicaSet cannot create pods (the Deployment's ReplicaFailure): none serving, or some.
+        (True, DeploymentObservation(replicas=1, replica_failure=QUOTA), None, "False", st.PODS_NOT_CREATED,
+         "0/1 Triton pods ready; the Deployment cannot create pods: pods \"t-1\" is forbidden: exceeded quota"),
+        (True, DeploymentObservation(replicas=2, ready_replicas=1, replica_failure=QUOTA), None, "True",
+         st.SERVING_DEGRADED, "1/2 Triton pods ready; the Deployment cannot create pods: pods \"t-1\" is forbidden"),
+        # Failing to create outranks a pod's own reason: the message names the cause, not a symptom.
+        (True, DeploymentObservation(replicas=1, replica_failure=QUOTA, not_ready_reason="x"), None, "False",
+         st.PODS_NOT_CREATED, "exceeded quota"),
     ],
 )  # fmt: skip
 def test_serving_condition(
