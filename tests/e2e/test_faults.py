@@ -6,11 +6,14 @@ and an operator that neither crashes nor loops. Figures (time to a condition, ti
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import secrets
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +24,10 @@ import yaml
 
 from devkit.cluster import Layout, LocalCluster, command_lines, recorded, start, state_dir, stop
 from devkit.procs import Process
+from tailtune.api.keys import APPLIED_ANNOTATION
+from tailtune.tuner.types import InForce
+from tests.e2e import test_latency_reasons
+from tests.e2e.test_latency_reasons import FAKE_ANSWERS, FAKE_METRIC, FakePrometheus
 from tests.e2e.test_operator import OperatorProcess, condition, engine_store, example, jobs, wait_condition
 
 if TYPE_CHECKING:
@@ -741,10 +748,12 @@ def test_serving_node_deleted_pod_moves_to_another(
 PEERING_CRD = Path(__file__).resolve().parents[2] / "charts" / "tailtune" / "crds" / "clusterkopfpeerings.kopf.dev.yaml"
 
 
-def test_active_operator_of_an_ha_pair_killed_the_standby_takes_over(
-    cluster: Cluster, operator: OperatorProcess, namespace: str, recovery_table: RecoveryTable, tmp_path: Path
-) -> None:
-    peering = f"ha-{namespace[-6:]}"
+@contextlib.contextmanager
+def ha_pair(
+    cluster: Cluster, operator: OperatorProcess, tmp_path: Path, peering: str
+) -> Iterator[list[OperatorProcess]]:
+    """Two operators peered under `peering` (lifetime 10 s), the higher priority one started first and acting;
+    the module's standalone operator is stopped meanwhile (it would act beside the pair) and started after."""
     cluster.kubectl("apply", "--server-side", f"--filename={PEERING_CRD}")
     cluster.kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev", "--timeout=60s")
     cluster.apply({"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": peering}})
@@ -754,13 +763,25 @@ def test_active_operator_of_an_ha_pair_killed_the_standby_takes_over(
         for role, priority in (("active", 200), ("standby", 100))
     ]
     active, standby = pair
-    operator.stop()  # a standalone operator would act beside the pair
+    operator.stop()
     try:
         active.start()
         cluster.wait_for("the active operator", lambda: "Resuming operations" in active.log_tail(400), 60)
         standby.start()
         cluster.wait_for("the standby", lambda: "Initial authentication has finished" in standby.log_tail(400), 60)
         time.sleep(3)  # its first look at the peering object
+        yield pair
+    finally:
+        for op in pair:
+            op.stop()
+        operator.start()
+        cluster.kubectl("delete", "clusterkopfpeering", peering, "--wait=false", check=False)
+
+
+def test_active_operator_of_an_ha_pair_killed_the_standby_takes_over(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, recovery_table: RecoveryTable, tmp_path: Path
+) -> None:
+    with ha_pair(cluster, operator, tmp_path, f"ha-{namespace[-6:]}") as (active, standby):
         engine_store(cluster, namespace)
         cluster.apply(example(), namespace=namespace)
         wait_condition(cluster, active, namespace, "resnet50", "Ready", "True")
@@ -789,8 +810,173 @@ def test_active_operator_of_an_ha_pair_killed_the_standby_takes_over(
             "nothing; 1 Job, 1 Deployment",
             recover_s,
         )
+
+
+# t(b) = 2 ms + 0.4 ms * b^1.3, the emulated accelerator's curve (README), at the build's ladder.
+LADDER_MS = {1: 2.4, 2: 3.0, 4: 4.4, 8: 6.9, 16: 12.2, 32: 24.6}
+
+# A fake Prometheus on 127.0.0.1 whose answer a test sets per URL path (FAKE_ANSWERS), shared with the SLOMet tests.
+fake_prometheus = test_latency_reasons.fake_prometheus
+
+
+def in_force(tis: dict[str, Any]) -> InForce | None:
+    raw = tis["metadata"].get("annotations", {}).get(APPLIED_ANNOTATION)
+    return InForce.from_annotation(raw) if raw else None
+
+
+def kill_on_first_change(
+    cluster: Cluster, namespace: str, op: OperatorProcess, timeout_s: float = 60
+) -> InForce | None:
+    """Watches resnet50's config-in-force annotation and SIGKILLs `op` on the first event that shows a tuner's
+    change; returns that config (None: no change within timeout_s)."""
+    path = '{.metadata.annotations.tailtune\\.io/applied}{"\\n"}'
+    assert APPLIED_ANNOTATION == "tailtune.io/applied"
+    argv = [str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cluster.kubeconfig}", "get", "tis", "resnet50",
+            "-n", namespace, "--watch", "-o", f"jsonpath={path}"]  # fmt: skip
+    watch = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    timer = threading.Timer(timeout_s, watch.kill)
+    timer.start()
+    try:
+        assert watch.stdout is not None
+        for line in watch.stdout:
+            applied = InForce.from_annotation(line) if line.strip() else None
+            if applied is not None and applied.changed_at is not None:
+                op.kill()
+                return applied
+        return None
     finally:
-        for op in pair:
-            op.stop()
-        operator.start()
-        cluster.kubectl("delete", "clusterkopfpeering", peering, "--wait=false", check=False)
+        timer.cancel()
+        watch.kill()
+        watch.wait()
+
+
+def serving_state(cluster: Cluster, namespace: str) -> dict[str, Any]:
+    """What the user can check of the config: the annotation in force, status, ConfigMap, Deployment, ReplicaSets."""
+    tis = cluster.get("tis", "resnet50", namespace)
+    dep = cluster.get("deployment", "resnet50-triton", namespace)
+    cm = cluster.get("configmap", "resnet50-triton-config", namespace)
+    live = [rs for rs in cluster.get("replicasets", namespace=namespace)["items"] if rs["spec"].get("replicas")]
+    return {"tis": tis, "in_force": in_force(tis), "dep": dep, "config": cm["data"]["config.pbtxt"], "live_rs": live}
+
+
+def one_config(state: dict[str, Any]) -> bool:
+    """The config in force is the one status reports, the ConfigMap renders and every pod of one ReplicaSet runs."""
+    tis, applied, dep = state["tis"], state["in_force"], state["dep"]
+    ready = condition(tis, "Ready")
+    batching = tis["status"]["batching"]
+    return bool(
+        applied is not None
+        and ready
+        and ready["status"] == "True"
+        and batching["maxBatchSize"] == applied.batching.max_batch_size
+        and batching["maxQueueDelayMicroseconds"] == applied.batching.max_queue_delay_microseconds
+        and f"max_batch_size: {applied.batching.max_batch_size}\n" in state["config"]
+        and tis["status"]["replicas"] == {"desired": applied.replicas, "ready": applied.replicas}
+        and dep["spec"]["replicas"] == applied.replicas
+        and dep["status"].get("observedGeneration") == dep["metadata"]["generation"]
+        and dep["status"].get("updatedReplicas") == dep["status"].get("readyReplicas") == applied.replicas
+        and len(state["live_rs"]) == 1
+    )
+
+
+def test_active_operator_of_an_ha_pair_killed_while_the_tuner_acts(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, recovery_table: RecoveryTable, tmp_path: Path,
+    fake_prometheus: FakePrometheus,
+) -> None:  # fmt: skip
+    """The tuner of the active operator changes the config (P99 over the SLO, rolling mode: the change rolls the
+    pods); the active one is SIGKILLed the moment the change is recorded, before its roll is done. The standby
+    takes over and every view of the config agrees again: annotation, status, ConfigMap, the pods."""
+    case = f"ha-tuner-{namespace[-6:]}"
+    # P99 80 ms against a 30 ms SLO at 450 req/s: max batch 1 (2.4 ms a request) barely keeps up, so the tuner
+    # raises the max batch; one replica at most, so batching is all it can change.
+    FAKE_ANSWERS[case] = ([({}, "0.080")], "450")
+    host, port = fake_prometheus.server_address[:2]
+    doc = example()
+    doc["spec"]["serving"] |= {
+        "batching": {"maxBatchSize": 1, "maxQueueDelayMicroseconds": 0},
+        "replicas": {"min": 1, "max": 1},
+    }
+    doc["spec"]["warmup"]["batchSizes"] = [1]
+    doc["spec"]["tuning"] |= {"mode": "rolling", "intervalSeconds": 5, "cooldownSeconds": 0}
+    doc["spec"]["slo"]["windowSeconds"] = 10
+    doc["spec"]["metrics"] = {"prometheusUrl": f"http://{host!s}:{port}/{case}", "latencyQuery": FAKE_METRIC}
+    try:
+        with ha_pair(cluster, operator, tmp_path, f"ha-{namespace[-6:]}") as (active, standby):
+            engine_store(cluster, namespace)
+            cluster.apply(doc, namespace=namespace)
+            wait_condition(cluster, active, namespace, "resnet50", "Ready", "True")
+            first = serving_state(cluster, namespace)
+            assert first["in_force"] is None or first["in_force"].changed_at is None  # the spec's start config
+            # kwok's build pod reports nothing: give status the service-time ladder a real build reports (what the
+            # tuner plans batching from), for this engine's cache key.
+            key = first["tis"]["status"]["engine"]["cacheKey"]
+            points = [{"batch": b, "ms": ms, "samples": 20, "source": "build"} for b, ms in LADDER_MS.items()]
+            ladder = {"status": {"serviceTime": {"engineCacheKey": key, "points": points}}}
+            cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--subresource=status", "--type=merge",
+                            "-p", json.dumps(ladder))  # fmt: skip
+
+            # Killed on the watch event of the tuner's record (the config-in-force annotation), so the kill lands
+            # while the act is in flight: before or between the ConfigMap and Deployment applies, or in the roll.
+            acted = kill_on_first_change(cluster, namespace, active)
+            killed = time.monotonic()
+            if acted is None:
+                print("active log:\n" + active.log_tail(), file=sys.stderr)
+                pytest.fail("the active operator's tuner did not change the config within 60 s")
+            at_kill = serving_state(cluster, namespace)  # the operator is dead: its part of the act is frozen
+            new_config = f"max_batch_size: {acted.batching.max_batch_size}\n" in at_kill["config"]
+            new_deployment = at_kill["dep"]["metadata"]["generation"] > first["dep"]["metadata"]["generation"]
+            stage = (
+                "after its ConfigMap and Deployment applies"
+                if new_config and new_deployment
+                else "after its ConfigMap apply, before its Deployment's"
+                if new_config
+                else "before its ConfigMap and Deployment applies"
+            )
+            print(
+                f"tuner acted ({acted.reason!r}): max batch {acted.batching.max_batch_size}, delay "
+                f"{acted.batching.max_queue_delay_microseconds} us, {acted.replicas} replica(s); active operator "
+                f"killed {stage}; {len(at_kill['live_rs'])} live ReplicaSet(s) at the kill"
+            )
+            # The P99 stays over the SLO: the standby's tuner would keep acting. From here on it is within the SLO,
+            # so what is checked is one config, not a moving target.
+            FAKE_ANSWERS[case] = ([({}, "0.010")], "450")
+
+            states: list[dict[str, Any]] = []
+
+            def converged() -> bool:
+                states[:] = [serving_state(cluster, namespace)]
+                return one_config(states[0]) and "Resuming operations" in standby.log_tail(2000)
+
+            try:
+                cluster.wait_for("the standby to hold one config", converged, 60)
+            except BaseException:
+                state = states[0] if states else {}
+                print(f"last state: in force {state.get('in_force')}, status {state.get('tis', {}).get('status')}",
+                      file=sys.stderr)  # fmt: skip
+                print("standby log:\n" + standby.log_tail(), file=sys.stderr)
+                raise
+            recover_s = time.monotonic() - killed
+            final = states[0]["in_force"]
+            print(
+                f"standby took over: one config (max batch {final.batching.max_batch_size}, {final.replicas} replicas) "
+                f"{recover_s:.1f} s after the kill; peering lifetime 10 s"
+            )
+            assert standby.alive()
+            assert len(jobs(cluster, namespace)) == 1
+            assert [d["metadata"]["name"] for d in cluster.get("deployments", namespace=namespace)["items"]] == [
+                "resnet50-triton"
+            ]
+            # The pods rolled to the new config (the Deployment's template carries its digest), and the act the active
+            # one began is kept or superseded, never undone to the spec's start config.
+            assert states[0]["dep"]["metadata"]["generation"] > first["dep"]["metadata"]["generation"]
+            assert final.changed_at is not None and final.changed_at >= acted.changed_at
+            recovery_table.record(
+                "the active operator of an HA pair SIGKILLed the moment its tuner recorded a rolling change",
+                f"killed {stage}; nothing more moves until the standby takes over (peering lifetime 10 s) and "
+                "finishes what was left: annotation, status.batching, ConfigMap and the one live ReplicaSet agree, "
+                "Ready",
+                "nothing; 1 Job, 1 Deployment, 1 live ReplicaSet",
+                recover_s,
+            )
+    finally:
+        FAKE_ANSWERS.pop(case, None)
