@@ -50,7 +50,7 @@ from devkit.load import Buckets, LoadGenerator, Phase, infer_body, rate_at
 from devkit.procs import Process, kill_recorded, recorded_alive
 from devkit.prometheus import PodDiscovery, render_config, scalar, start_prometheus
 from devkit.report import Decision, Summary, Tick, summarize, write_report
-from devkit.runtime import UPSTREAM_HTTP_PORT
+from devkit.runtime import FAULTS_DIR, UPSTREAM_HTTP_PORT
 from devkit.triton.onnx_models import build_mlp
 from tailtune.api.keys import APPLIED_ANNOTATION
 from tailtune.api.keys import TUNER_STATE_ANNOTATION as STATE_ANNOTATION
@@ -205,7 +205,10 @@ class DemoCluster:
 class Demo:
     """One run; `run()` returns the exit code. Every start registers its stop on `self.stack`."""
 
-    def __init__(self, args: argparse.Namespace, console: Console, checkout: Checkout) -> None:
+    def __init__(
+        self, args: argparse.Namespace, console: Console, checkout: Checkout, example: dict[str, Any] | None = None
+    ) -> None:
+        """`example`: the InferenceService to apply instead of examples/demo.yaml (the tests' variants)."""
         self.args = args
         self.checkout = checkout
         self.example_path = checkout.examples / "demo.yaml"
@@ -218,7 +221,7 @@ class Demo:
         self.runtime_pids = self.work / "runtime" / "pids"
         self.timings: dict[str, float] = {}
         self.stack = contextlib.ExitStack()
-        self.example: dict[str, Any] = yaml.safe_load(self.example_path.read_text())
+        self.example: dict[str, Any] = example or yaml.safe_load(self.example_path.read_text())
         self.namespace: str = self.example["metadata"].get("namespace", "default")
         self.name: str = self.example["metadata"]["name"]
         self.model: str = self.example["spec"]["model"].get("name") or self.name
@@ -229,6 +232,8 @@ class Demo:
         self.first_ready_s: float | None = None
         self.load_start_s = 0.0  # command clock -> load clock, the report's one origin
         self.procs: list[Process] = []
+        self.operator: Process | None = None
+        self.operator_env: dict[str, str] = {}
 
     # ---- steps ---------------------------------------------------------------------------------------
     def mark(self, what: str) -> None:
@@ -319,13 +324,32 @@ class Demo:
         self.procs.append(prom)
         self.stack.callback(self.stop_process, prom)
         self.prometheus_url = f"http://127.0.0.1:{port}"
-        # The operator.
+        self.operator_env = env
+        self.start_operator()
+        self.wait("the runtime's nodes Ready", 60, lambda: self.nodes_ready(cluster, runtime))
+        self.mark("runtime, Prometheus and operator started")
+
+    def start_operator(self) -> Process:
+        """Start the operator (again, after `stop_operator`); its log goes on in logs/operator.log."""
         operator = shlex.split(self.args.operator_command) if self.args.operator_command else [
             sys.executable, "-m", "devkit.operator", "--namespace", self.namespace,
         ]  # fmt: skip
-        self.start("operator", operator, env)
-        self.wait("the runtime's nodes Ready", 60, lambda: self.nodes_ready(cluster, runtime))
-        self.mark("runtime, Prometheus and operator started")
+        self.operator = self.start("operator", operator, self.operator_env)
+        return self.operator
+
+    def stop_operator(self, *, kill: bool = False) -> int:
+        """Stop the operator (SIGTERM, or SIGKILL with `kill`: a crash, nothing it holds in memory survives);
+        `start_operator` starts a new one. Returns its exit code."""
+        if self.operator is None:
+            raise DemoError("no operator running")
+        proc, self.operator = self.operator, None
+        self.procs.remove(proc)
+        return proc.kill() if kill else proc.stop(grace_s=20.0)
+
+    @property
+    def faults_dir(self) -> Path:
+        """Where a test arms reload faults for the runtime's pods (`devkit.faults`)."""
+        return self.work / "runtime" / FAULTS_DIR
 
     def nodes_ready(self, cluster: DemoCluster, runtime: Process) -> bool:
         if runtime.poll() is not None:

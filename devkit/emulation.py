@@ -18,6 +18,7 @@ from typing import Any
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
+from devkit.faults import ReloadFault
 from devkit.triton.repository import DESCRIPTIONS, ModelKind
 from tailtune.triton.config import ModelConfig, config_from_json, config_to_json
 
@@ -120,8 +121,9 @@ def emulate_pbtxt(text: str, parameters: Mapping[str, str]) -> str:
     return str(text_format.MessageToString(emulate(cfg, parameters)))
 
 
-def emulate_load_body(body: bytes, parameters: Mapping[str, str]) -> bytes:
-    """The body of `POST /v2/repository/models/M/load` with its config override emulated.
+def emulate_load_body(body: bytes, parameters: Mapping[str, str], fault: ReloadFault | None = None) -> bytes:
+    """The body of `POST /v2/repository/models/M/load` with its config override emulated (and `fault`, the
+    harness's injected reload fault, applied to it).
 
     A body without a `config` parameter (a plain reload from the repository) comes back unchanged.
     """
@@ -139,12 +141,14 @@ def emulate_load_body(body: bytes, parameters: Mapping[str, str]) -> bytes:
         cfg = config_from_json(config)
     except (ValueError, json_format.ParseError) as exc:
         raise EmulationError(f"the config override does not parse: {exc}") from None
-    params["config"] = config_to_json(emulate(cfg, parameters))
+    emulated = emulate(cfg, parameters)
+    params["config"] = config_to_json(fault.apply(emulated) if fault is not None else emulated)
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def emulate_grpc_load(request: bytes, parameters: Mapping[str, str]) -> bytes:
-    """A serialized gRPC `RepositoryModelLoadRequest` with its `config` override emulated (else unchanged)."""
+def emulate_grpc_load(request: bytes, parameters: Mapping[str, str], fault: ReloadFault | None = None) -> bytes:
+    """A serialized gRPC `RepositoryModelLoadRequest` with its `config` override emulated, `fault` applied
+    (else unchanged)."""
     try:
         req = service_pb2.RepositoryModelLoadRequest.FromString(request)
     except Exception as exc:  # protobuf raises DecodeError, a plain Exception subclass
@@ -155,5 +159,6 @@ def emulate_grpc_load(request: bytes, parameters: Mapping[str, str]) -> bytes:
         cfg = config_from_json(req.parameters["config"].string_param)
     except (ValueError, json_format.ParseError) as exc:
         raise EmulationError(f"the config override does not parse: {exc}") from None
-    req.parameters["config"].string_param = config_to_json(emulate(cfg, parameters))
+    emulated = emulate(cfg, parameters)
+    req.parameters["config"].string_param = config_to_json(fault.apply(emulated) if fault is not None else emulated)
     return bytes(req.SerializeToString())

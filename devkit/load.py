@@ -52,9 +52,11 @@ class Samples:
     sent: list[float] = field(default_factory=list)  # seconds since the load started
     latency_ms: list[float] = field(default_factory=list)  # NaN when failed
     ok: list[bool] = field(default_factory=list)
+    target: list[str] = field(default_factory=list)  # where it went ("" when it was not sent)
 
-    def add(self, sent: float, latency_ms: float, ok: bool) -> None:
-        # Three appends under the GIL; readers take the shortest length.
+    def add(self, sent: float, latency_ms: float, ok: bool, target: str = "") -> None:
+        # Appends under the GIL, the target first; readers take the shortest length.
+        self.target.append(target)
         self.sent.append(sent)
         self.latency_ms.append(latency_ms)
         self.ok.append(ok)
@@ -227,7 +229,7 @@ class LoadGenerator:
             if conn is not None:
                 conn[1].close()  # timed out or broken: the server must not keep a request for nobody
         latency = (time.monotonic() - t0) * 1000
-        self.samples.add(sent, latency if ok else math.nan, ok)
+        self.samples.add(sent, latency if ok else math.nan, ok, target)
 
     async def _run(self) -> None:
         pool = _Pool()

@@ -152,6 +152,15 @@ class Process:
             self.record.unlink(missing_ok=True)
         return code
 
+    def kill(self) -> int:
+        """SIGKILL the group at once (a crash: no handler runs); return the exit code."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        code = self.popen.wait()
+        if self.record is not None:
+            self.record.unlink(missing_ok=True)
+        return code
+
 
 def _records(pid_dir: Path) -> list[tuple[Path, Recorded | None]]:
     return [(path, Recorded.load(path)) for path in sorted(pid_dir.glob("*.json"))] if pid_dir.exists() else []

@@ -13,7 +13,7 @@ It registers its own nodes (fake GPUs, no kwok annotation, so kwok leaves them a
   accelerator (`devkit.emulation`); the pod is Ready when its readiness probe
   (`/v2/models/<m>/ready`) answers 200, so warmup gates readiness for real. Ports 8000 (HTTP) and 8001
   (gRPC) are the emulation shim (`devkit.shim`) in front of Triton's 18000/18001; 8002 (metrics)
-  is Triton's own.
+  is Triton's own. A test arms reload faults for a pod under `<workdir>/faults/` (`devkit.faults`).
 
 Deleting a pod stops its processes (SIGTERM, SIGKILL after the grace period), frees its IP and removes the
 pod, as a kubelet does. Children die with the runtime (PR_SET_PDEATHSIG). Development use only.
@@ -68,6 +68,7 @@ from tailtune.engine_builder.ladder import ladder
 log = logging.getLogger("devkit.runtime")
 
 IP_PREFIX = "127.0.1."
+FAULTS_DIR = "faults"  # under the workdir: reload faults a test arms per pod IP (devkit.faults)
 IP_FIRST, IP_LAST = 2, 254
 # Triton's real HTTP and gRPC ports behind the shim, on the pod's own IP.
 UPSTREAM_HTTP_PORT, UPSTREAM_GRPC_PORT = 18000, 18001
@@ -204,7 +205,8 @@ class Runtime:
         self.pid_dir = workdir / "pids"
         self.pods_dir = workdir / "pods"
         self.pool = IpPool((8000, 8001, 8002, UPSTREAM_HTTP_PORT, UPSTREAM_GRPC_PORT))
-        self.shim = Shim()
+        self.faults_dir = workdir / FAULTS_DIR
+        self.shim = Shim(self.faults_dir)
         self.local: dict[str, LocalPod] = {}
         self.cache: dict[str, dict[str, Manifest]] = {n.name: {} for n in nodes}
         self.lock = threading.Lock()
@@ -704,7 +706,6 @@ def main(argv: list[str] | None = None) -> int:
     runtime.run()
     shutil.rmtree(workdir / "pids", ignore_errors=True)
     return 0
-
 
 
 def _report_emulated_ladder(path: Path, points: tuple[tuple[int, float], ...]) -> None:

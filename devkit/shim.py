@@ -5,6 +5,9 @@ every request to the real `tritonserver` (same IP, ports 18000/18001) unchanged,
 config override (`POST /v2/repository/models/<m>/load`, gRPC `RepositoryModelLoad`: the tuner's hot
 reload, written for a GPU backend), which gets the same emulation rewrite as the pod's repository
 (`devkit.emulation`). Metrics (8002) are Triton's own port.
+
+With a faults folder, a reload fault armed for the pod (`devkit.faults`) is taken by its next model load and
+applied to that load's config: Triton refuses it, or it serves slower than it should.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ import threading
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]  # grpcio ships no type stubs
 
 from devkit.emulation import EmulationError, emulate_grpc_load, emulate_load_body
+from devkit.faults import ReloadFault, take_reload_fault
 
 log = logging.getLogger(__name__)
 
@@ -113,9 +118,10 @@ def _error_response(status: int, reason: str, message: str) -> bytes:
 class _Connection:
     """One client connection and the upstream connection it uses."""
 
-    def __init__(self, upstream: tuple[str, int], parameters: Mapping[str, str]) -> None:
+    def __init__(self, upstream: tuple[str, int], parameters: Mapping[str, str], faults: Path | None = None) -> None:
         self.upstream = upstream
         self.parameters = parameters
+        self.faults = faults
         self.up: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -150,7 +156,7 @@ class _Connection:
         if method == "POST" and _LOAD_PATH.match(target):
             body = await reader.readexactly(int(head.get("Content-Length") or 0))
             try:
-                body = emulate_load_body(body, self.parameters)
+                body = emulate_load_body(body, self.parameters, _fault(self.faults, self.upstream[0]))
             except EmulationError as exc:
                 writer.write(_error_response(400, "Bad Request", f"emulated accelerator: {exc}"))
                 return not head.wants_close()
@@ -184,9 +190,11 @@ class _GrpcRelay:
     """A generic RPC handler (grpc checks for `service` only): relays every method as raw bytes upstream,
     rewriting model loads on the way."""
 
-    def __init__(self, upstream: str, parameters: Mapping[str, str]) -> None:
+    def __init__(self, upstream: str, parameters: Mapping[str, str], faults: Path | None = None) -> None:
         self.channel = grpc.insecure_channel(upstream, options=_GRPC_OPTIONS)
         self.parameters = parameters
+        self.faults = faults
+        self.host = upstream.rsplit(":", 1)[0]
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
         method: str = handler_call_details.method
@@ -203,7 +211,7 @@ class _GrpcRelay:
     def _unary(self, method: str, request: bytes, context: grpc.ServicerContext) -> bytes:
         if method == _GRPC_LOAD:
             try:
-                request = emulate_grpc_load(request, self.parameters)
+                request = emulate_grpc_load(request, self.parameters, _fault(self.faults, self.host))
             except EmulationError as exc:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"emulated accelerator: {exc}")
         try:
@@ -233,10 +241,20 @@ class _Listeners:
     relay: _GrpcRelay
 
 
-class Shim:
-    """One asyncio loop (HTTP) in a daemon thread, plus a small gRPC server per pod IP."""
+def _fault(faults: Path | None, host: str) -> ReloadFault | None:
+    """The reload fault armed for `host`, taken now; one that does not parse refuses the load."""
+    try:
+        return take_reload_fault(faults, host)
+    except (ValueError, OSError) as exc:
+        raise EmulationError(f"reload fault for {host}: {exc}") from None
 
-    def __init__(self) -> None:
+
+class Shim:
+    """One asyncio loop (HTTP) in a daemon thread, plus a small gRPC server per pod IP. Reload faults are read
+    from `faults` (a folder, `devkit.faults`) when given."""
+
+    def __init__(self, faults: Path | None = None) -> None:
+        self.faults = faults
         self._loop = asyncio.new_event_loop()
         self._pods: dict[str, _Listeners] = {}
         self._thread = threading.Thread(target=self._loop.run_forever, name="shim", daemon=True)
@@ -259,12 +277,12 @@ class Shim:
 
         async def start() -> asyncio.Server:
             async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-                await _Connection((host, http_upstream), params).serve(reader, writer)
+                await _Connection((host, http_upstream), params, self.faults).serve(reader, writer)
 
             return await asyncio.start_server(handle, host, http_port, limit=_HEAD_LIMIT, reuse_address=True)
 
         http_server = asyncio.run_coroutine_threadsafe(start(), self._loop).result(timeout=10)
-        relay = _GrpcRelay(f"{host}:{grpc_ports[1]}", params)
+        relay = _GrpcRelay(f"{host}:{grpc_ports[1]}", params, self.faults)
         server = grpc.server(ThreadPoolExecutor(max_workers=4), handlers=[relay], options=_GRPC_OPTIONS)
         if server.add_insecure_port(f"{host}:{grpc_ports[0]}") == 0:
             self._close_http(http_server)

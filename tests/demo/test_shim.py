@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
@@ -17,6 +18,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
+from devkit.faults import ReloadFault, fault_path, inject_reload_fault
 from devkit.shim import Shim
 
 PARAMS = {"model_kind": "emulated_gpu", "base_ms": "8"}
@@ -204,3 +206,54 @@ def test_no_upstream_means_a_closed_connection(shimmed: tuple[Upstream, int]) ->
     conn.request("GET", "/v2/models/m/ready")
     with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
         conn.getresponse()
+
+
+def test_a_reload_fault_armed_for_a_pod_is_applied_to_its_next_load_only(tmp_path: Path) -> None:
+    upstream = GrpcUpstream()
+    shim = Shim(tmp_path / "faults")
+    port = free_port()
+    shim.serve("127.0.0.1", http=(free_port(), free_port()), grpc_ports=(port, upstream.port), parameters=PARAMS)
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+    try:
+
+        def sent() -> dict[str, Any]:
+            config: dict[str, Any] = json.loads(upstream.loads[-1].parameters["config"].string_param)
+            return config
+
+        inject_reload_fault(tmp_path / "faults", "127.0.0.2", ReloadFault("refuse"))  # another pod's
+        client.load_model("m", config=json.dumps(GPU_CONFIG))
+        assert sent()["instance_group"][0]["kind"] == "KIND_CPU" and "extra_ms" not in sent()["parameters"]
+        inject_reload_fault(tmp_path / "faults", "127.0.0.1", ReloadFault("slow", extra_ms=250))
+        client.load_model("m", config=json.dumps(GPU_CONFIG))
+        assert sent()["parameters"]["extra_ms"] == {"string_value": "250"}
+        assert sent()["instance_group"][0]["kind"] == "KIND_CPU"
+        client.load_model("m", config=json.dumps(GPU_CONFIG))  # taken once: the next reload is healthy
+        assert "extra_ms" not in sent()["parameters"]
+        inject_reload_fault(tmp_path / "faults", "127.0.0.1", ReloadFault("refuse"))
+        client.load_model("m", config=json.dumps(GPU_CONFIG))
+        assert sent()["instance_group"][0]["kind"] == "KIND_GPU"  # what a CPU-only Triton refuses
+        assert sent()["backend"] == "python"  # emulated all the same: Triton refuses the instance, nothing else
+        assert fault_path(tmp_path / "faults", "127.0.0.2").exists()
+    finally:
+        client.close()
+        shim.shutdown()
+        upstream.server.stop(None)
+
+
+def test_a_reload_fault_that_does_not_parse_refuses_the_load(tmp_path: Path) -> None:
+    upstream = GrpcUpstream()
+    shim = Shim(tmp_path)
+    port = free_port()
+    shim.serve("127.0.0.1", http=(free_port(), free_port()), grpc_ports=(port, upstream.port), parameters=PARAMS)
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+    try:
+        fault_path(tmp_path, "127.0.0.1").write_text('{"kind": "slow"}')  # no extra_ms
+        with pytest.raises(InferenceServerException, match=r"reload fault for 127\.0\.0\.1"):
+            client.load_model("m", config=json.dumps(GPU_CONFIG))
+        assert not upstream.loads
+        with pytest.raises(ValueError, match="unknown reload fault"):
+            ReloadFault.from_json('{"kind": "crash"}')
+    finally:
+        client.close()
+        shim.shutdown()
+        upstream.server.stop(None)

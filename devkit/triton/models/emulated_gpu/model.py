@@ -6,7 +6,8 @@ model share ONE emulated device: an exclusive `fcntl.flock` on the file named by
 parameter (instances are separate processes) serializes executions the way kernels serialize on one GPU,
 so throughput does not grow with the instance count. The output is real (OUTPUT = INPUT * 2) and every
 execution is appended to the `counter_file` parameter's file, if set, as "batch start end pid". A
-`fail_batch_size` parameter injects a device fault: executions of exactly that many items raise.
+`fail_batch_size` parameter injects a device fault: executions of exactly that many items raise; an `extra_ms`
+parameter (the harness's slow-reload fault, `devkit.faults`) adds that much to every execution.
 
 This file runs inside Triton's Python backend stub, not in tailtune: it is excluded from mypy.
 """
@@ -56,6 +57,7 @@ class TritonPythonModel:
         self.lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         self.counter_file = params.get("counter_file") or None
         self.fail_batch_size = int(params.get("fail_batch_size", "0"))
+        self.extra_s = float(params.get("extra_ms", "0")) / 1e3
         self.input_name = cfg["input"][0]["name"]
         self.output_name = cfg["output"][0]["name"]
         self.output_dtype = pb_utils.triton_string_to_numpy(cfg["output"][0]["data_type"])
@@ -66,7 +68,7 @@ class TritonPythonModel:
         fcntl.flock(self.lock_fd, fcntl.LOCK_EX)  # wait for the one device
         try:
             start = time.time()
-            time.sleep(service_seconds(batch, self.base_ms, self.per_item_ms, self.exponent))
+            time.sleep(service_seconds(batch, self.base_ms, self.per_item_ms, self.exponent) + self.extra_s)
             end = time.time()
         finally:
             fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
