@@ -233,6 +233,15 @@ class Replicas(Model):
 
     min: Annotated[int, Field(ge=0, le=1000, description="Fewest serving pods.")] = 1
     max: Annotated[int, Field(ge=1, le=1000, description="Most serving pods.")] = 1
+    scale_in_stabilization_seconds: Annotated[
+        int | None,
+        Field(
+            ge=0,
+            le=3600,
+            description="Scale in only as far as the highest demand of this many seconds allows (like the "
+            "HorizontalPodAutoscaler's scale-down stabilization window). Default 300, as the HPA's.",
+        ),
+    ] = None
 
     @model_validator(mode="after")
     def _min_le_max(self) -> Replicas:

@@ -35,7 +35,7 @@ from tailtune.api.v1alpha1 import Batching
 from tailtune.tuner.model import capacity as model_capacity
 from tailtune.tuner.model import max_rate, predict
 from tailtune.tuner.servicetime import Curve, CurvePoint, learn, merged
-from tailtune.tuner.types import Decision, InForce, Observation, Policy, TunerState
+from tailtune.tuner.types import Decision, InForce, Observation, Policy, RejectedConfig, TooFewReplicas, TunerState
 
 # Reason codes (CamelCase, for Events and conditions).
 WINDOW_ALREADY_SEEN = "WindowAlreadySeen"
@@ -71,6 +71,8 @@ CALIBRATION_WEIGHT = 0.5
 CANDIDATE_CALIBRATION = (0.8, 1.25)
 # A candidate must beat the config in force by this share of robust load to be worth a reload.
 SWITCH_GAIN = 1.15
+# ... or have this much more burst capacity (what full batches drain) and be no less robust.
+BURST_GAIN = 1.1
 # A config in force whose capacity is under 1/this of the most capable candidate's is fragile: a load step
 # away from a backlog. It is replaced even while the latency holds (and first thing, while there is no traffic).
 FRAGILE_FACTOR = 1.5
@@ -80,6 +82,8 @@ EXPLORE_REACH = 2
 # it failed at (`TunerState.rejected`).
 REJECTED_FOR = timedelta(minutes=30)
 REJECTED_DEMAND_SHARE = 0.25
+# Rejections remembered (oldest dropped first).
+MAX_REJECTED = 10
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ class Candidate:
     capacity_rps: float  # full batches back to back
     robust_rps: float  # most load within the aim (calibrated), capped by capacity at the target utilisation
     extrapolated: bool
+    burst_rps: float = 0.0  # what survives a burst: the capacity, past the most efficient batch what full ones drain
 
     def carries(self) -> float:
         """Load one replica is planned to carry."""
@@ -147,9 +152,15 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         st = _reset(st).model_copy(update={"missing_windows": st.missing_windows + 1})
         return hold(st, in_force, SIGNAL_MISSING, f"{what}; holding the config, never moving blind", missing=True)
     if in_force.changed_at is not None and obs.window_start < in_force.changed_at:
-        return hold(
+        # The window says nothing of the config in force yet; the measured curve still does: a fragile config
+        # (e.g. Triton's default max batch on a superlinear curve) is left before a burst runs it away.
+        demand = obs.request_rate + max(0.0, obs.queue_growth_rps or 0.0)
+        return _unfragile(
             st,
             in_force,
+            policy,
+            now,
+            demand,
             STALE_WINDOW,
             f"window from {obs.window_start.isoformat()} overlaps the change at {in_force.changed_at.isoformat()}",
         )
@@ -186,8 +197,30 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     # The residual measured on the config in force says little about configs in another regime: they get
     # only a bounded share of it.
     mild = min(CANDIDATE_CALIBRATION[1], max(CANDIDATE_CALIBRATION[0], st.calibration))
-    plan = best_plan(curve, load, policy, mild, backlog=r.saturated, avoid=rejected_now(st, r.demand_rps, now))
     mb, delay = in_force.batching.max_batch_size, in_force.batching.max_queue_delay_microseconds
+    relieve = st.bad_windows >= policy.bad_windows or r.overloaded
+    # Fixing bad windows: what failed at about this demand (or less) stays out; re-optimizing while the latency
+    # holds: whatever failed lately stays out (a move back is churn).
+    avoid = rejected_now(st, r.demand_rps if relieve else None, now)
+    plan = best_plan(curve, load, policy, mild, backlog=r.saturated, avoid=avoid)
+    # Evidence beats the model: a config in force that breaks the SLO window after window while the model rates
+    # it better than the share of calibration other configs get is left (and not planned again at this demand,
+    # as after a canary's rejection) for another config that holds the SLO at the measured demand even with the
+    # model erring on it as much as on the one in force. When none does, the SLO is out of reach: said so.
+    broken = r.p_ms > policy.slo_ms
+    stuck = False
+    if relieve and broken and st.calibration > CANDIDATE_CALIBRATION[1]:
+        away = avoid | {(mb, delay)}
+        alt = best_plan(curve, load, policy, st.calibration, backlog=r.saturated, avoid=away)
+        c = alt.candidate
+        holds = alt.replicas * c.carries() >= r.demand_rps
+        # Never a bet on a config that could not keep up with the planned load by what full batches drain,
+        # nor on a fragile one: the evidence is against the one in force, not for any other.
+        sturdy = alt.replicas * c.burst_rps >= load and not is_fragile(curve, c, policy)
+        if not _avoided(c.max_batch, c.delay_us, away) and sturdy and holds:
+            plan, avoid = alt, away
+        else:
+            stuck = True
     # The config in force as observed (full calibration) decides whether it carries the load; compared with
     # the candidates it gets their share, so a switch is never an artefact of the calibration.
     observed = candidate(curve, mb, delay, policy, st.calibration)
@@ -195,7 +228,6 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     observed, current = _as_delivered(observed, r, in_force), _as_delivered(current, r, in_force)
     fragile = is_fragile(curve, current, policy)
     at_risk = in_force.replicas * observed.carries() < load or fragile
-    relieve = st.bad_windows >= policy.bad_windows or r.overloaded
     relax = st.good_windows >= policy.good_windows
     cap_total = plan.replicas * plan.candidate.capacity_rps
     if not relieve and not relax and not (at_risk and not bad):
@@ -229,18 +261,30 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         # The plan's candidates were judged against the SLO, not the aim: so is the config in force here.
         at_slo = policy.model_copy(update={"headroom": 1.0})
         current = _as_delivered(candidate(curve, mb, delay, at_slo, mild), r, in_force)
-    target, replicas = _choose(plan, current, in_force, r, relieve, policy)
+    target, replicas = _choose(plan, current, in_force, r, relieve, policy, avoid)
     if replicas < in_force.replicas:
         # Scale in only as far as the highest demand of the stabilization window allows, only once the
         # window is full of history, and never while requests queue up.
         peak = max(d for _, d in recent) * policy.demand_margin
         replicas = max(replicas, min(in_force.replicas, math.ceil(peak / max(target.carries(), 1e-9))))
+        # Nor to a count that broke the aim lately at this demand or less (the model was wrong there once).
+        floor = max((x.replicas + 1 for x in st.too_few if _applies(x.at, x.demand_rps, r.demand_rps, now)), default=0)
+        replicas = max(replicas, min(in_force.replicas, floor))
         span = (obs.window_end - recent[0][0]).total_seconds() + policy.interval_seconds
         # Never while the latency is bad, nor on a plan that keeps only the SLO (no headroom).
         if r.saturated or relieve or plan.within_slo_only or span < policy.scale_in_window_seconds:
             replicas = in_force.replicas
-    infeasible = not plan.feasible and (bad or at_risk)
-    why = _explain(plan, load, curve, policy)
+    # Said only on evidence: the aim broken, or a demand beyond what the bounds can drain at all. A plan
+    # short of its margin while the SLO holds is no alarm, just no room to grow.
+    infeasible = stuck or (
+        not plan.feasible and (bad or r.demand_rps > policy.replicas_max * plan.candidate.capacity_rps)
+    )
+    why = _explain(plan, load, curve, policy, alarm=infeasible)
+    if stuck:
+        why = (
+            f"the SLO breaks at {r.demand_rps:.0f} req/s and no config within the bounds holds it with the model "
+            f"erring as it does on the config in force (x{st.calibration:.2f}); {why}"
+        )
     unchanged = (target.max_batch, target.delay_us, replicas) == (
         in_force.batching.max_batch_size,
         in_force.batching.max_queue_delay_microseconds,
@@ -264,6 +308,13 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     reason = f"{seen}: {why}; {_describe(in_force.batching, in_force.replicas)} -> {_describe(batching, replicas)}"
     new = InForce(batching=batching, replicas=replicas, changed_at=now, reason=reason, rolled=in_force.rolled)
     st = st.model_copy(update={"bad_windows": 0, "good_windows": 0, "last_reason_code": code})
+    if relieve and broken and (target.max_batch, target.delay_us) != (mb, delay):
+        # Left for confirmed bad windows past the SLO: not planned again at this demand (or more) for a while.
+        gone = RejectedConfig(batching=in_force.batching, demand_rps=r.demand_rps, at=now, reason=f"{seen}: {why}")
+        st = st.model_copy(update={"rejected": (*st.rejected, gone)[-MAX_REJECTED:]})
+    if relieve and replicas > in_force.replicas:
+        few = TooFewReplicas(replicas=in_force.replicas, demand_rps=r.demand_rps, at=now)
+        st = st.model_copy(update={"too_few": (*st.too_few, few)[-MAX_REJECTED:]})
     return Decision(
         action="change",
         in_force=new,
@@ -277,27 +328,41 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
 
 
 def _idle(st: TunerState, in_force: InForce, policy: Policy, now: datetime) -> Decision:
-    """No traffic: the cheapest moment for a reload. Move to the most robust batching the measured curve
-    gives when the one in force is fragile (or below the warmup batch); else hold."""
+    """No traffic: the cheapest moment for a reload."""
+    return _unfragile(st, in_force, policy, now, 0.0, NO_TRAFFIC, "no requests in the window; holding the config")
+
+
+def _unfragile(
+    st: TunerState, in_force: InForce, policy: Policy, now: datetime, demand_rps: float, code: str, why: str
+) -> Decision:
+    """Without a window to judge (no traffic, or one that predates the change): move to the most robust batching
+    the measured curve gives when the one in force is fragile (or below the warmup batch), with the replicas
+    the demand takes (never fewer); else hold with `code` and `why`."""
     curve = Curve(merged(policy.build_curve, st.live))
     cooling = in_force.changed_at is not None and now - in_force.changed_at < timedelta(seconds=policy.cooldown_seconds)
     if not curve or cooling:
-        return hold(st, in_force, NO_TRAFFIC, "no requests in the window; holding the config")
-    # Any config a canary rejected lately stays out, whatever load it failed at.
-    plan = best_plan(curve, 0.0, policy, 1.0, backlog=False, avoid=rejected_now(st, None, now))
+        return hold(st, in_force, code, why)
+    # Without traffic any config a canary rejected lately stays out, whatever load it failed at.
+    avoid = rejected_now(st, demand_rps if demand_rps > 0 else None, now)
+    plan = best_plan(curve, demand_rps * policy.demand_margin, policy, 1.0, backlog=False, avoid=avoid)
     b = in_force.batching
     current = candidate(curve, b.max_batch_size, b.max_queue_delay_microseconds, policy, 1.0)
     best = plan.candidate
-    if not is_fragile(curve, current, policy):
-        return hold(st, in_force, NO_TRAFFIC, "no requests in the window; holding the config")
+    if not is_fragile(curve, current, policy) or (best.max_batch, best.delay_us) == (
+        b.max_batch_size,
+        b.max_queue_delay_microseconds,
+    ):
+        return hold(st, in_force, code, why)
+    replicas = max(in_force.replicas, min(plan.replicas, policy.replicas_max))
     batching = _batching(best.max_batch, best.delay_us, policy)
+    load = f"{demand_rps:.0f} req/s" if demand_rps > 0 else "no traffic"
     reason = (
-        f"no traffic: max batch {best.max_batch} carries {best.carries():.0f} req/s per replica within the aim "
+        f"{load}: max batch {best.max_batch} carries {best.carries():.0f} req/s per replica within the aim "
         f"by the measured curve, {b.max_batch_size} only {current.carries():.0f}; "
-        f"{_describe(b, in_force.replicas)} -> {_describe(batching, in_force.replicas)}"
+        f"{_describe(b, in_force.replicas)} -> {_describe(batching, replicas)}"
     )
-    code = _change_code(in_force, batching, in_force.replicas)
-    new = in_force.model_copy(update={"batching": batching, "changed_at": now, "reason": reason})
+    code = _change_code(in_force, batching, replicas)
+    new = in_force.model_copy(update={"batching": batching, "replicas": replicas, "changed_at": now, "reason": reason})
     st = st.model_copy(update={"last_reason_code": code})
     return Decision(action="change", in_force=new, reason=reason, reason_code=code, state=st)
 
@@ -308,7 +373,12 @@ def _as_delivered(c: Candidate, r: _Reading, in_force: InForce) -> Candidate:
     if not r.saturated:
         return c
     delivered = r.rate / max(1, in_force.replicas)
-    return dataclasses.replace(c, capacity_rps=min(c.capacity_rps, delivered), robust_rps=min(c.robust_rps, delivered))
+    return dataclasses.replace(
+        c,
+        capacity_rps=min(c.capacity_rps, delivered),
+        robust_rps=min(c.robust_rps, delivered),
+        burst_rps=min(c.burst_rps, delivered),
+    )
 
 
 def safe_capacity(curve: Curve, max_batch: int, delay_us: int) -> float:
@@ -358,6 +428,7 @@ def candidate(curve: Curve, max_batch: int, delay_us: int, policy: Policy, calib
         capacity_rps=cap,
         robust_rps=min(robust, policy.util_target * cap),
         extrapolated=max_batch > curve.largest,
+        burst_rps=min(cap, full),
     )
 
 
@@ -384,17 +455,26 @@ def candidate_delays(curve: Curve, max_batch: int, policy: Policy) -> list[int]:
 
 
 def rejected_now(st: TunerState, demand_rps: float | None, now: datetime) -> frozenset[tuple[int, int]]:
-    """(max batch, delay) of the configs a canary rejected recently at about this demand (any demand: None)."""
+    """(max batch, delay) of the configs rejected recently (by a canary, or left for breaking the SLO) at this
+    demand: at about it or less, since what fails at a demand fails at more (any demand: None)."""
     return frozenset(
         (x.batching.max_batch_size, x.batching.max_queue_delay_microseconds)
         for x in st.rejected
-        if now - x.at < REJECTED_FOR
-        and (
-            demand_rps is None
-            or x.demand_rps is None
-            or abs(demand_rps - x.demand_rps) <= REJECTED_DEMAND_SHARE * max(x.demand_rps, 1.0)
-        )
+        if _applies(x.at, x.demand_rps, demand_rps, now)
     )
+
+
+def _applies(at: datetime, failed_at_rps: float | None, demand_rps: float | None, now: datetime) -> bool:
+    """Whether a failure seen at `at` under `failed_at_rps` still counts now at `demand_rps` (None: any)."""
+    if now - at >= REJECTED_FOR:
+        return False
+    return demand_rps is None or failed_at_rps is None or failed_at_rps * (1 - REJECTED_DEMAND_SHARE) <= demand_rps
+
+
+def _avoided(max_batch: int, delay_us: int, avoid: frozenset[tuple[int, int]]) -> bool:
+    """Whether a config is one of `avoid` or its neighbour (the same delay, a max batch within a half step of the
+    candidate ladder: a greedy batcher under load runs both alike)."""
+    return any(d == delay_us and max(m, max_batch) < 1.5 * min(m, max_batch) for m, d in avoid)
 
 
 def best_plan(
@@ -412,7 +492,7 @@ def best_plan(
         for b in candidate_sizes(curve, policy)
         for d in candidate_delays(curve, b, policy)
     ]
-    cands = [c for c in every if (c.max_batch, c.delay_us) not in avoid] or every
+    cands = [c for c in every if not _avoided(c.max_batch, c.delay_us, avoid)] or every
     best = max(cands, key=lambda c: (c.carries(), -c.max_batch, -c.delay_us))
     if best.carries() <= 0:
         best = max(cands, key=lambda c: (c.capacity_rps, -c.max_batch))
@@ -452,21 +532,38 @@ def best_plan(
 
 
 def _choose(
-    plan: Plan, current: Candidate, in_force: InForce, r: _Reading, relieve: bool, policy: Policy
+    plan: Plan,
+    current: Candidate,
+    in_force: InForce,
+    r: _Reading,
+    relieve: bool,
+    policy: Policy,
+    avoid: frozenset[tuple[int, int]] = frozenset(),
 ) -> tuple[Candidate, int]:
     """The config to move to: the plan, unless the config in force already does the job, and never a cut
     in capacity under a backlog."""
     target, replicas = plan.candidate, plan.replicas
     per = plan.load_rps / max(1, replicas)
-    carries_it = current.carries() >= per or (not plan.feasible and not r.saturated)
-    if carries_it and current.carries() * SWITCH_GAIN >= target.carries() and current.max_batch >= policy.warmup_max:
+    holding = not (r.over or r.saturated)
+    carries_it = (
+        current.carries() >= per
+        or (not plan.feasible and not r.saturated)
+        # Observed within the aim and planned to carry nearly the load with margin: a reload for a few
+        # percent of robustness is not worth its cost.
+        or (holding and not relieve and current.carries() * SWITCH_GAIN >= per)
+    )
+    keep = not _avoided(current.max_batch, current.delay_us, avoid) and current.max_batch >= policy.warmup_max
+    # A burst beyond the plan is served by what full batches drain: a tenth more of it, at no loss of robustness,
+    # is worth a reload (a property of the curve alone, free of the windows' noise).
+    sturdier = target.burst_rps >= BURST_GAIN * current.burst_rps and target.carries() >= current.carries()
+    if keep and carries_it and current.carries() * SWITCH_GAIN >= target.carries() and not sturdier:
         # The batching in force carries the planned load and nothing is much more robust: no reload.
         target = current
     if r.saturated or r.backlog > 0:
         old_cap = in_force.replicas * current.capacity_rps
         if replicas * target.capacity_rps < old_cap:
             replicas = max(replicas, min(policy.replicas_max, math.ceil(old_cap / target.capacity_rps)))
-        if replicas * target.capacity_rps < old_cap and current.max_batch >= policy.warmup_max:
+        if replicas * target.capacity_rps < old_cap and keep:
             target, replicas = current, max(replicas, in_force.replicas)
     if not relieve:
         # Comfortable: give back replicas, never reach for more without evidence of pressure.
@@ -553,13 +650,14 @@ def _read(obs: Observation, p_ms: float, rate: float, in_force: InForce, policy:
     )
 
 
-def _explain(plan: Plan, load: float, curve: Curve, policy: Policy) -> str:
+def _explain(plan: Plan, load: float, curve: Curve, policy: Policy, alarm: bool = True) -> str:
     c = plan.candidate
     bet = f" (past the largest measured batch {curve.largest}: extrapolated)" if c.extrapolated else ""
     if not plan.feasible:
         need = math.ceil(load / c.carries()) if c.carries() > 0 else math.inf
+        what = "infeasible within the bounds" if alarm else "the SLO holds, with no margin left within the bounds"
         return (
-            f"infeasible within the bounds: {load:.0f} req/s with margin needs {need} replicas at max batch "
+            f"{what}: {load:.0f} req/s with margin needs {need} replicas at max batch "
             f"{c.max_batch} ({c.carries():.0f} req/s each within the SLO{bet}); at most {policy.replicas_max}"
         )
     target = "the SLO (no headroom left for the aim)" if plan.within_slo_only else "the aim"

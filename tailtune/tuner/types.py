@@ -79,7 +79,6 @@ class Policy(_Frozen):
     # Device utilisation aimed at when sizing batches and replicas, and the one that allows scaling in.
     util_target: float = 0.85
     util_high: float = 0.93
-    util_scale_in: float = 0.6
     # The engine build's measured service time (batch -> ms); live statistics refine it.
     build_curve: tuple[CurvePoint, ...] = ()
     # Largest warmup batch the config renders: Triton refuses a max_batch_size below it.
@@ -87,8 +86,9 @@ class Policy(_Frozen):
     # Further targets beside (percentile, slo_ms), e.g. P50 <= 8 ms with P99 <= 30 ms: (percentile, ms) pairs.
     # The tuner keeps all of them; the tightest binds.
     other_targets: tuple[tuple[float, float], ...] = ()
-    # Scale in only to what the highest demand of this many seconds needs (HPA's scale-down default).
-    scale_in_window_seconds: float = 300.0
+    # Scale in only to what the highest demand of this many seconds needs (the HPA's scale-down stabilization);
+    # None: the HPA's default, 300 s (a replica given back too early comes back through a cold start and warmup).
+    scale_in_stabilization_seconds: float | None = None
 
     @classmethod
     def from_spec(
@@ -123,7 +123,15 @@ class Policy(_Frozen):
             build_curve=build_curve,
             warmup_max=max(1, min(warmup_max, batch_max)),
             other_targets=slo.other_targets(),
+            scale_in_stabilization_seconds=replicas.scale_in_stabilization_seconds,
         )
+
+    @property
+    def scale_in_window_seconds(self) -> float:
+        """How far back the highest demand bounds a scale-in."""
+        if self.scale_in_stabilization_seconds is not None:
+            return self.scale_in_stabilization_seconds
+        return 300.0
 
     @property
     def demand_margin(self) -> float:
@@ -181,6 +189,14 @@ class RejectedConfig(_Frozen):
     reason: str = ""
 
 
+class TooFewReplicas(_Frozen):
+    """A replica count that broke the aim at a demand: the law does not scale in to it (or fewer) again there."""
+
+    replicas: int
+    demand_rps: float
+    at: datetime
+
+
 class TunerState(_Frozen):
     """What the tuner remembers between decisions; kept on the InferenceService so it survives restarts.
 
@@ -202,6 +218,8 @@ class TunerState(_Frozen):
     last_reason_code: str = ""
     # Configs a canary rejected (newest last); `law` skips them near the load they failed at.
     rejected: tuple[RejectedConfig, ...] = ()
+    # Replica counts scaled out of for confirmed bad windows (newest last); scale-in stops above them.
+    too_few: tuple[TooFewReplicas, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (RFC 3339 times)."""

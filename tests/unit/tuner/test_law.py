@@ -18,7 +18,7 @@ from tailtune.api.v1alpha1 import Batching
 from tailtune.tuner import law
 from tailtune.tuner.law import Candidate, best_plan, candidate, decide
 from tailtune.tuner.servicetime import MIN_LIVE_SAMPLES, BatchSample, Curve, CurvePoint, merged
-from tailtune.tuner.types import Decision, InForce, Observation, Policy, TunerState
+from tailtune.tuner.types import Decision, InForce, Observation, Policy, RejectedConfig, TooFewReplicas, TunerState
 from tests.unit.tuner.families import (
     KINDS,
     NOW,
@@ -444,3 +444,178 @@ def test_decide_is_pure() -> None:
         case = make_case(rng)
         assert _decide(case) == _decide(case)
         assert math.isfinite(case.state.calibration)
+
+
+# (i) evidence over the model ------------------------------------------------------------------------------
+
+
+def _near(a: int, b: int) -> bool:
+    return max(a, b) < 1.5 * min(a, b)
+
+
+def test_i_a_config_that_failed_at_a_demand_is_not_adopted_again_at_it_or_more() -> None:
+    """A config rejected (by a canary, or left for breaking the SLO) at demand D is not planned again, nor a
+    neighbour at its delay, at any demand from 0.75 D up, while the memory is fresh."""
+    rng = np.random.default_rng(901)
+    checked = 0
+    for i in range(CASES):
+        case = make_case(rng)
+        first = _decide(case)
+        if not first.changed:
+            continue
+        b = first.batching
+        failed_at = case.demand * float(rng.uniform(0.5, 1.3))
+        gone = RejectedConfig(batching=b, demand_rps=failed_at, at=NOW - timedelta(minutes=5))
+        state = case.state.model_copy(update={"rejected": (gone,)})
+        d = decide(state, case.in_force, case.obs, case.policy, NOW)
+        demand = d.demand_rps if d.demand_rps is not None else case.demand
+        if not d.changed or failed_at * (1 - law.REJECTED_DEMAND_SHARE) > demand:
+            continue
+        sizes = [s for s in law.candidate_sizes(_curve(case.policy, d), case.policy) if not _near(s, b.max_batch_size)]
+        if not sizes:
+            continue  # every candidate is a neighbour: nothing else to plan
+        checked += 1
+        same = (d.batching.max_queue_delay_microseconds == b.max_queue_delay_microseconds) and _near(
+            d.batching.max_batch_size, b.max_batch_size
+        )
+        assert not same, (i, d.reason)
+    assert checked > 20, checked
+
+
+def test_i_infeasible_only_on_evidence() -> None:
+    """SLOMet=False/SLOInfeasible is said only when the aim is broken or the demand exceeds what the bounds can
+    drain at all, never while the latency holds within reach (the planning margin alone is no alarm)."""
+    rng = np.random.default_rng(902)
+    quiet = 0
+    for i in range(CASES):
+        case = make_case(rng)
+        d = _decide(case)
+        obs = case.obs
+        holding = (obs.p_latency_ms or 0.0) <= case.policy.aim_ms and not case.overloaded
+        best = max(capacity(case.t, s) for s in range(case.policy.warmup_max, case.policy.batch_max + 1))
+        if holding and case.demand < 0.9 * case.policy.replicas_max * best:
+            quiet += 1
+            assert not d.infeasible, (i, d.reason)
+    assert quiet > 20, quiet
+
+
+def test_i_the_config_in_force_breaking_the_slo_while_the_model_overrates_it_is_left() -> None:
+    """A stepwise curve (TensorRT-style plateaus) where max batch 32 is believed to hold but breaks the SLO
+    window after window (calibration well past what other configs get) is left for a config the model says
+    holds the SLO even when it errs as much, and remembered as rejected at that demand."""
+    ladder = ((1, 10.6), (2, 10.6), (4, 10.6), (8, 21.2), (16, 36.1), (32, 61.6))
+    policy = Policy(slo_ms=112.6, batch_max=32, build_curve=tuple(CurvePoint(batch=b, ms=ms) for b, ms in ladder))
+    in_force = InForce(batching=Batching(max_batch_size=32), replicas=1, changed_at=NOW - timedelta(minutes=10))
+    obs = Observation(
+        window_end=NOW,
+        span_seconds=SPAN,
+        p_latency_ms=138.0,
+        request_rate=300.0,
+        queue_ms=5.0,
+        compute_ms=30.0,
+        queue_growth_rps=0.0,
+        ready_replicas=1,
+        sample_count=9000,
+    )
+    for calibration in (1.5, 2.0):
+        state = TunerState(last_window_end=NOW - timedelta(seconds=30), bad_windows=1, calibration=calibration)
+        d = decide(state, in_force, obs, policy, NOW)
+        assert d.changed, (calibration, d.reason)
+        assert not _near(d.batching.max_batch_size, 32), (calibration, d.reason)
+        assert [x.batching.max_batch_size for x in d.state.rejected] == [32]
+        assert d.state.rejected[0].demand_rps == pytest.approx(300.0)
+    # Erring that much more, nothing holds the SLO by the model: the law stays and says the SLO is out of reach.
+    state = TunerState(last_window_end=NOW - timedelta(seconds=30), bad_windows=1, calibration=4.0)
+    d = decide(state, in_force, obs, policy, NOW)
+    assert (d.action, d.reason_code, d.infeasible) == ("hold", law.SLO_INFEASIBLE, True), d.reason
+    assert "no config within the bounds holds it" in d.reason
+
+
+def test_i_a_move_on_evidence_never_lands_on_a_fragile_config() -> None:
+    """The curve measured on the local tritonserver (superlinear past batch 4): max batch 2 breaks an SLO that
+    nothing holds at this load. However much the model is found to err, the law does not bet on a config that
+    a burst runs away (max batch 24 here collapsed to seconds in the simulator)."""
+    ladder = ((1, 2.926), (2, 3.516), (4, 6.186), (8, 14.087), (16, 36.932), (32, 105.634), (64, 313.559))
+    policy = Policy(
+        slo_ms=8.92,
+        batch_max=64,
+        replicas_max=2,
+        build_curve=tuple(CurvePoint(batch=b, ms=ms) for b, ms in ladder),
+    )
+    in_force = InForce(batching=Batching(max_batch_size=2), replicas=2, changed_at=NOW - timedelta(minutes=10))
+    curve = Curve(policy.build_curve)
+    for p99 in (9.6, 12.0, 20.0):
+        for calibration in (1.5, 2.5, 4.0):
+            obs = Observation(
+                window_end=NOW,
+                span_seconds=SPAN,
+                p_latency_ms=p99,
+                request_rate=580.0,
+                queue_ms=1.0,
+                compute_ms=3.5,
+                queue_growth_rps=0.0,
+                ready_replicas=2,
+                sample_count=9000,
+            )
+            state = TunerState(last_window_end=NOW - timedelta(seconds=30), bad_windows=1, calibration=calibration)
+            d = decide(state, in_force, obs, policy, NOW)
+            after = _cand(curve, d.batching, policy, 1.0)
+            assert not law.is_fragile(curve, after, policy), (p99, calibration, d.reason)
+            assert after.burst_rps >= 0.75 * _cand(curve, in_force.batching, policy, 1.0).burst_rps, d.reason
+
+
+def test_i_a_replica_count_that_broke_the_aim_is_not_scaled_in_to_again() -> None:
+    """After scaling out of N replicas for confirmed bad windows at demand D, scale-in stops above N at any demand
+    from 0.75 D up while the memory is fresh; the record is made by the scale-out itself."""
+    rng = np.random.default_rng(903)
+    checked = 0
+    for i in range(CASES):
+        case = make_case(rng)
+        if case.in_force.replicas < 2:
+            continue
+        low = case.in_force.replicas - 1
+        few = TooFewReplicas(
+            replicas=low, demand_rps=case.demand * float(rng.uniform(0.5, 1.3)), at=NOW - timedelta(minutes=5)
+        )
+        state = case.state.model_copy(update={"too_few": (few,)})
+        d = decide(state, case.in_force, case.obs, case.policy, NOW)
+        demand = d.demand_rps if d.demand_rps is not None else case.demand
+        if few.demand_rps * (1 - law.REJECTED_DEMAND_SHARE) <= demand:
+            checked += 1
+            assert d.replicas > low, (i, d.reason)
+    assert checked > 20, checked
+    # The scale-out for bad windows records the count it left.
+    for i in range(CASES):
+        case = make_case(rng)
+        d = _decide(case)
+        if d.changed and d.replicas > case.in_force.replicas and case.state.bad_windows + 1 >= case.policy.bad_windows:
+            assert any(x.replicas == case.in_force.replicas for x in d.state.too_few) or not d.state.too_few, i
+
+
+def test_e_a_stale_window_still_leaves_a_fragile_config() -> None:
+    """A window that predates the change says nothing of the config in force, but the measured curve does: once
+    the cooldown has passed, a fragile config (Triton's default max batch on a superlinear curve) is left for
+    the most robust one at the measured demand, never with fewer replicas; any other config holds."""
+    rng = np.random.default_rng(905)
+    moved = held = 0
+    for i in range(150):
+        case = make_case(rng)
+        policy = case.policy.model_copy(update={"cooldown_seconds": 0.0})
+        in_force = case.in_force.model_copy(update={"changed_at": case.obs.window_start + timedelta(seconds=1)})
+        d = decide(case.state, in_force, case.obs, policy, NOW)
+        curve = Curve(policy.build_curve)
+        b = in_force.batching
+        current = law.candidate(curve, b.max_batch_size, b.max_queue_delay_microseconds, policy, 1.0)
+        if d.changed:
+            moved += 1
+            assert law.is_fragile(curve, current, policy), (i, d.reason)
+            assert d.replicas >= in_force.replicas, (i, d.reason)
+            assert d.batching.max_batch_size >= policy.warmup_max, i
+            after = law.candidate(
+                curve, d.batching.max_batch_size, d.batching.max_queue_delay_microseconds, policy, 1.0
+            )
+            assert not law.is_fragile(curve, after, policy), (i, d.reason)
+        else:
+            held += 1
+            assert d.reason_code == law.STALE_WINDOW, (i, d.reason_code)
+    assert moved > 0 and held > 0, (moved, held)
