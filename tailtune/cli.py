@@ -54,6 +54,7 @@ def _cmd_operator(args: argparse.Namespace) -> int:
             peering_name=peering,
             priority=priority,
             liveness_endpoint=args.liveness,
+            memo=kopf.Memo(watch_namespaces=tuple(namespaces)),
         )
     )
     return 0

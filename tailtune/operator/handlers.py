@@ -81,8 +81,11 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     memo["tailtune"] = State(cluster)
     # Hand edits of the ConfigMap and the Service are seen only with list/watch on them; kopf starts its
     # watchers after this handler, so watching is registered here, where the credentials can be asked.
+    # Restricted to namespaces (`tailtune operator --namespace`, the chart's watchNamespaces), kopf watches each
+    # of them: the credentials are asked there (a Role per namespace grants nothing cluster-wide).
+    namespaces = tuple(memo.get("watch_namespaces", ()))
     for resource in SERVING_CHILD_RESOURCES:
-        if await asyncio.to_thread(cluster.may_watch, resource):
+        if await asyncio.to_thread(cluster.may_watch, resource, "", namespaces):
             kopf.on.event("", "v1", resource, labels=CHILD_LABELS)(child_changed)
         else:
             log.warning("no list/watch on %s: their hand edits are repaired by the resync only", resource)

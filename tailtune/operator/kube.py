@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -171,17 +172,19 @@ class KubeCluster:
             desired_hash=(dep.metadata.annotations or {}).get(DESIRED_HASH_ANNOTATION, ""),
         )
 
-    def may_watch(self, resource: str, group: str = "") -> bool:
-        """Whether our credentials may list and watch `resource` in every namespace (a SelfSubjectAccessReview)."""
+    def may_watch(self, resource: str, group: str = "", namespaces: Sequence[str] = ()) -> bool:
+        """Whether our credentials may list and watch `resource` in each of `namespaces`, or in every namespace
+        when none is given (SelfSubjectAccessReviews)."""
         authz = client.AuthorizationV1Api(self.api)
-        for verb in ("list", "watch"):
-            review = client.V1SelfSubjectAccessReview(
-                spec=client.V1SelfSubjectAccessReviewSpec(
-                    resource_attributes=client.V1ResourceAttributes(group=group, resource=resource, verb=verb)
+        scopes: Sequence[str | None] = namespaces or [None]
+        for namespace in scopes:
+            for verb in ("list", "watch"):
+                attributes = client.V1ResourceAttributes(group=group, resource=resource, verb=verb, namespace=namespace)
+                review = client.V1SelfSubjectAccessReview(
+                    spec=client.V1SelfSubjectAccessReviewSpec(resource_attributes=attributes)
                 )
-            )
-            if not authz.create_self_subject_access_review(review).status.allowed:
-                return False
+                if not authz.create_self_subject_access_review(review).status.allowed:
+                    return False
         return True
 
     async def read_isvc(self, namespace: str, name: str) -> dict[str, Any] | None:
