@@ -100,6 +100,26 @@ def test_canary_worse_than_the_other_pods_by_the_margin_is_rejected_within_the_s
     assert end.outcome == "rejected" and "worse than the other pods" in end.message
 
 
+def test_the_margin_over_the_other_pods_is_at_the_slos_scale() -> None:
+    # The other pods as three demo pods on one config read in one window (Triton's summaries): 15.2 and 15.9 ms.
+    state = started().model_copy(update={"since": T0})
+
+    def stage(canary_ms: float, policy: RolloutPolicy) -> str:
+        p_ms = {IPS[0]: canary_ms, IPS[1]: 15.2, IPS[2]: 15.9}
+        pods = {ip: PodObservation(True, NEW if ip == IPS[0] else OLD, p_ms[ip], 0.0, 500) for ip in IPS}
+        step = decide_rollout(state, pods, policy, T0 + timedelta(seconds=61))
+        assert step.state is not None
+        return step.state.stage
+
+    wide, tight = RolloutPolicy(slo_ms=300.0, window_seconds=60.0), RolloutPolicy(slo_ms=30.0, window_seconds=60.0)
+    assert wide.margin_floor_ms == 15.0 and tight.margin_floor_ms == 2.0
+    assert stage(19.4, wide) == stage(19.4, tight) == "promoting"  # the third pod of the same config
+    # 25 ms against 15.9: noise at a 300 ms SLO (bound 34 ms), a regression at a 30 ms one (bound 21 ms).
+    assert stage(25.0, wide) == "promoting" and stage(25.0, tight) == "rolling-back"
+    assert stage(25.0, replace(wide, margin_ms=2.0)) == "rolling-back"  # an explicit margin stands
+    assert stage(40.0, wide) == "rolling-back"  # 2.5 times the others stays a regression within the SLO
+
+
 def test_canary_with_more_errors_is_rejected() -> None:
     state = started().model_copy(update={"since": T0})
     pods = {ip: PodObservation(True, NEW if ip == "10.0.0.1" else OLD, 30.0, 0.0, 500) for ip in IPS}
