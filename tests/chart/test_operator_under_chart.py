@@ -34,6 +34,21 @@ def start_operator(
     return subprocess.Popen(args, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=REPO)
 
 
+def edit_config_and_wait_repaired(cluster: Cluster, namespace: str) -> float:
+    """Edits the Triton config by hand (max batch 8 -> 2) and waits (15 s at most) for the operator to restore it;
+    the seconds that took."""
+    cm = "resnet50-triton-config"
+    config = cluster.get("configmap", cm, namespace)["data"]["config.pbtxt"]
+    edited = json.dumps({"data": {"config.pbtxt": config.replace("max_batch_size: 8", "max_batch_size: 2")}})
+    edit = time.monotonic()
+    cluster.kubectl("patch", "configmap", cm, "-n", namespace, "--type=merge", "-p", edited)
+    time.sleep(0.3)
+    cluster.wait_for(
+        "the ConfigMap repaired", lambda: cluster.get("configmap", cm, namespace)["data"]["config.pbtxt"] == config, 15
+    )
+    return time.monotonic() - edit
+
+
 def ready(obj: dict[str, Any] | None) -> bool:
     conditions = (obj or {}).get("status", {}).get("conditions", [])
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
@@ -76,18 +91,8 @@ def test_two_peered_operators_under_the_chart_account(cluster: Cluster, namespac
 
             # A hand edit of the ConfigMap is seen through the chart's list/watch and repaired at once (without
             # it, only the 300 s resync would).
-            config = cluster.get("configmap", "resnet50-triton-config", namespace)["data"]["config.pbtxt"]
-            edited = json.dumps({"data": {"config.pbtxt": config.replace("max_batch_size: 8", "max_batch_size: 2")}})
-            edit = time.monotonic()
-            cm = "resnet50-triton-config"
-            cluster.kubectl("patch", "configmap", cm, "-n", namespace, "--type=merge", "-p", edited)
-            time.sleep(0.3)
-            cluster.wait_for(
-                "the ConfigMap repaired under the chart's account",
-                lambda: cluster.get("configmap", cm, namespace)["data"]["config.pbtxt"] == config,
-                15,
-            )
-            print(f"ConfigMap hand edit repaired under the chart's account in {time.monotonic() - edit:.1f} s")
+            took = edit_config_and_wait_repaired(cluster, namespace)
+            print(f"ConfigMap hand edit repaired under the chart's account in {took:.1f} s")
 
             active.send_signal(signal.SIGKILL)
             active.wait(timeout=10)
@@ -158,18 +163,8 @@ def test_operator_restricted_to_a_namespace_repairs_hand_edits_at_once(
                 "Ready under a namespaced install", lambda: ready(cluster.get("tis", "resnet50", namespace)), 120
             )
             assert "their hand edits are repaired by the resync only" not in log.read_text()
-            cm = "resnet50-triton-config"
-            config = cluster.get("configmap", cm, namespace)["data"]["config.pbtxt"]
-            edited = json.dumps({"data": {"config.pbtxt": config.replace("max_batch_size: 8", "max_batch_size: 2")}})
-            edit = time.monotonic()
-            cluster.kubectl("patch", "configmap", cm, "-n", namespace, "--type=merge", "-p", edited)
-            time.sleep(0.3)
-            cluster.wait_for(
-                "the ConfigMap repaired under a namespaced install",
-                lambda: cluster.get("configmap", cm, namespace)["data"]["config.pbtxt"] == config,
-                15,
-            )
-            print(f"ConfigMap hand edit repaired under a namespaced install in {time.monotonic() - edit:.1f} s")
+            took = edit_config_and_wait_repaired(cluster, namespace)
+            print(f"ConfigMap hand edit repaired under a namespaced install in {took:.1f} s")
             cluster.kubectl("delete", "tis", "resnet50", "-n", namespace, "--wait=true", "--timeout=60s")
         finally:
             if proc.poll() is None:
