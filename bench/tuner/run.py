@@ -288,6 +288,8 @@ def report(results: list[dict[str, Any]], out: Path, quick: bool) -> str:
     lines += ["", "## Targets: scenarios meeting each", ""]
     lines += [f"- {name}: {n}/{len(results)}" for name, n in targets]
     worst = sorted(m_all, key=lambda xr: xr[0]["vs_oracle"])[:5]
+    for stale in out.glob("worst-*.png"):  # an earlier run's worst: not this report's
+        stale.unlink()
     lines += ["", "## The 5 worst scenarios (by goodput/oracle)", ""]
     for x, r in worst:
         png = out / f"worst-{r['name']}.png"
