@@ -344,7 +344,6 @@ def serve(env: Env, name: str, fault: ReloadFault | None = None) -> Iterator[Ser
             for ip in svc.ips:
                 inject_reload_fault(demo.faults_dir, ip, fault)
         demo.wait(f"3 Ready pods of {name}", 120, svc.ready)
-        assert all(svc.live(ip) == knobs(START) for ip in svc.ips)
         targets = [f"{ip}:{UPSTREAM_HTTP_PORT}" for ip in svc.ips]
         svc.load = LoadGenerator([Phase(0, RATE_RPS)], 900, lambda: targets, name, infer_body("INPUT0", [16]))
         svc.load.start()
@@ -373,7 +372,7 @@ class Started:
     previous: Batching = START
 
 
-CHANGE = re.compile(r"-> max batch (\d+), delay (\d+) us,")
+CHANGE = re.compile(r"max batch (\d+), delay (\d+) us, \d+ replica\(s\) -> max batch (\d+), delay (\d+) us,")
 
 
 def started_rollout(svc: Service) -> tuple[float, Started]:
@@ -382,12 +381,13 @@ def started_rollout(svc: Service) -> tuple[float, Started]:
     t, message = svc.wait_event("CanaryStarted", 90)
     change = CHANGE.findall(message)
     assert message.startswith("canary ") and change, message
-    mb, delay = change[-1]
+    old_mb, old_delay, mb, delay = change[-1]
     started = Started(
         canary=message.split(":")[0].removeprefix("canary ").strip(),
         target=Batching(max_batch_size=int(mb), max_queue_delay_microseconds=int(delay)),
     )
     assert started.canary in svc.ips, (started, svc.ips)
+    assert (int(old_mb), int(old_delay)) == knobs(START), message  # from the spec's start, the first change
     assert knobs(started.target) != knobs(START), started
     return t, started
 
