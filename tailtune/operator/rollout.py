@@ -303,34 +303,6 @@ def _describe(b: Batching) -> str:
     return f"max batch {b.max_batch_size}, delay {b.max_queue_delay_microseconds} us"
 
 
-def describe_rollout(annotation_value: str | None, window_seconds: float | None = None) -> str:
-    """One line for `explain`: the rollout in flight (the `tailtune.io/rollout` value), which pod runs which
-    config and what happens next. Pure; an empty or unreadable value reads as no rollout."""
-    state = RolloutState.from_annotations({ROLLOUT_ANNOTATION: annotation_value or ""})
-    if state is None:
-        return "no rollout in flight"
-    change = f"{_describe(state.target)} (from {_describe(state.previous)})"
-    started = f"started {_stamp(state.started)}" + (f" at {state.demand_rps:.0f} req/s" if state.demand_rps else "")
-    why = f"; the tuner's reason: {state.reason}" if state.reason else ""
-    if state.stage == "rolling-back":
-        return f"rolling back {change} on the pods that took it ({started}): {state.verdict}"
-    if state.stage == "promoting":
-        return f"promoting {change} to the other pods, one batch at a time ({started}): {state.verdict}"
-    if state.since is None:
-        return f"canary {state.canary}: reloading with {change} ({started}){why}"
-    judged = ""
-    if window_seconds is not None:
-        judged = f", judged at {_stamp(state.since + rollout_window(window_seconds))}"
-    return (
-        f"canary {state.canary} runs {change} since {_stamp(state.since)}{judged}; the other pods keep "
-        f"{_describe(state.previous)} ({started}){why}"
-    )
-
-
-def _stamp(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def reload_fits(engine_bytes: int | None, used_bytes: float | None, total_bytes: float | None) -> bool | None:
     """Whether the GPU has room for a second copy of the engine during a reload; None when unknown.
 

@@ -17,7 +17,6 @@ from tailtune.operator.rollout import (
     RolloutState,
     advance_rollout,
     decide_rollout,
-    describe_rollout,
     reload_fits,
     start_rollout,
 )
@@ -258,20 +257,3 @@ def test_law_skips_a_config_rejected_at_this_load_for_a_while() -> None:
     assert rejected_now(state, 100.0, T0 + timedelta(minutes=5)) == frozenset()
     assert rejected_now(state, 200.0, T0 + timedelta(hours=1)) == frozenset()  # long ago
     assert TunerState.from_dict(state.to_dict()) == state
-
-
-def test_describe_rollout_for_explain() -> None:
-    assert describe_rollout(None) == describe_rollout("") == describe_rollout("{bad") == "no rollout in flight"
-    record = started()
-    text = describe_rollout(record.to_annotation()["tailtune.io/rollout"])
-    assert text.startswith("canary 10.0.0.1: reloading with max batch 8, delay 500 us (from max batch 4, delay 0 us)")
-    assert "120 req/s" in text and "the law's reason" in text
-    waiting = record.model_copy(update={"since": T0})
-    text = describe_rollout(waiting.to_annotation()["tailtune.io/rollout"], 30.0)
-    assert "canary 10.0.0.1 runs max batch 8" in text and "judged at 2026-01-01T12:01:00Z" in text
-    assert "other pods keep max batch 4" in text
-    promoting = waiting.model_copy(update={"stage": "promoting", "verdict": "canary P99 30 ms within"})
-    assert describe_rollout(promoting.to_annotation()["tailtune.io/rollout"]).startswith("promoting max batch 8")
-    back = waiting.model_copy(update={"stage": "rolling-back", "verdict": "P99 over the SLO"})
-    text = describe_rollout(back.to_annotation()["tailtune.io/rollout"])
-    assert text.startswith("rolling back max batch 8") and text.endswith("P99 over the SLO")
