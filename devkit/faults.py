@@ -9,6 +9,10 @@ only that reload is affected, so the rollback that follows it loads a healthy co
 - `refuse`: the config reaches Triton with its instance group on `KIND_GPU`; this CPU-only Triton refuses
   it ("KIND_GPU but no GPUs are available") and keeps serving the config it had, as after any refused reload.
 - `slow`: the config loads, and every execution of the emulated device takes `extra_ms` longer.
+- `hold`: the load stays in flight for `hold_ms` before it reaches Triton (a slow reload: the pod keeps serving
+  the config it had meanwhile), then loads unchanged; it fails at once (UNAVAILABLE) if the pod's
+  `tritonserver` goes away during the hold, as a load does when its server dies. A test kills a pod mid-reload
+  with it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from tritonclient.grpc import model_config_pb2
 
 from tailtune.triton.config import ModelConfig
 
-FaultKind = Literal["refuse", "slow"]
+FaultKind = Literal["refuse", "slow", "hold"]
 # The emulated model's parameter for the slow fault (devkit/triton/models/emulated_gpu/model.py reads it).
 EXTRA_MS_PARAMETER = "extra_ms"
 
@@ -35,6 +39,7 @@ class ReloadFault:
 
     kind: FaultKind
     extra_ms: float = 0.0
+    hold_ms: float = 0.0  # `hold`: how long the load is held before it reaches Triton
 
     def apply(self, cfg: ModelConfig) -> ModelConfig:
         """The emulated config as this fault leaves it. Pure."""
@@ -43,23 +48,26 @@ class ReloadFault:
         if self.kind == "refuse":
             for group in out.instance_group:
                 group.kind = model_config_pb2.ModelInstanceGroup.Kind.Value("KIND_GPU")
-        else:
+        elif self.kind == "slow":
             out.parameters[EXTRA_MS_PARAMETER].string_value = f"{self.extra_ms:g}"
         return out
 
     def to_json(self) -> str:
-        return json.dumps({"kind": self.kind, "extra_ms": self.extra_ms})
+        return json.dumps({"kind": self.kind, "extra_ms": self.extra_ms, "hold_ms": self.hold_ms})
 
     @classmethod
     def from_json(cls, text: str) -> ReloadFault:
         doc = json.loads(text)
         kind = doc.get("kind")
-        if kind not in ("refuse", "slow"):
+        if kind not in ("refuse", "slow", "hold"):
             raise ValueError(f"unknown reload fault {kind!r}")
         extra = float(doc.get("extra_ms") or 0.0)
+        hold = float(doc.get("hold_ms") or 0.0)
         if kind == "slow" and not extra > 0:
             raise ValueError("a slow reload fault needs extra_ms > 0")
-        return cls(kind, extra)
+        if kind == "hold" and not hold > 0:
+            raise ValueError("a hold reload fault needs hold_ms > 0")
+        return cls(kind, extra, hold)
 
 
 def fault_path(faults_dir: Path, pod_ip: str) -> Path:

@@ -7,7 +7,8 @@ reload, written for a GPU backend), which gets the same emulation rewrite as the
 (`devkit.emulation`). Metrics (8002) are Triton's own port.
 
 With a faults folder, a reload fault armed for the pod (`devkit.faults`) is taken by its next model load and
-applied to that load's config: Triton refuses it, or it serves slower than it should.
+applied to that load's config: Triton refuses it, or it serves slower than it should, or the load is held
+(in flight, the old config serving) and fails as soon as the pod's `tritonserver` goes away.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import contextlib
 import json
 import logging
 import re
+import socket
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,6 +36,7 @@ log = logging.getLogger(__name__)
 
 _LOAD_PATH = re.compile(r"^/v2/repository/models/[^/?]+/load(\?.*)?$")
 _HEAD_LIMIT = 64 * 1024
+_HOLD_POLL_S = 0.2
 
 
 class _BadRequest(Exception):
@@ -156,10 +160,14 @@ class _Connection:
         if method == "POST" and _LOAD_PATH.match(target):
             body = await reader.readexactly(int(head.get("Content-Length") or 0))
             try:
-                body = emulate_load_body(body, self.parameters, _fault(self.faults, self.upstream[0]))
+                fault = _fault(self.faults, self.upstream[0])
+                body = emulate_load_body(body, self.parameters, fault)
             except EmulationError as exc:
                 writer.write(_error_response(400, "Bad Request", f"emulated accelerator: {exc}"))
                 return not head.wants_close()
+            if not await asyncio.to_thread(_hold, fault, self.upstream):
+                writer.write(_error_response(503, "Service Unavailable", _GONE))
+                return False
             head.set("Content-Length", str(len(body)))
             up_writer.write(head.encode() + body)
         else:
@@ -194,7 +202,9 @@ class _GrpcRelay:
         self.channel = grpc.insecure_channel(upstream, options=_GRPC_OPTIONS)
         self.parameters = parameters
         self.faults = faults
-        self.host = upstream.rsplit(":", 1)[0]
+        self.host, port = upstream.rsplit(":", 1)
+        self.upstream = (self.host, int(port))
+        self.gone = threading.Event()  # set when the shim stops serving the pod: a held load ends
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
         method: str = handler_call_details.method
@@ -210,10 +220,14 @@ class _GrpcRelay:
 
     def _unary(self, method: str, request: bytes, context: grpc.ServicerContext) -> bytes:
         if method == _GRPC_LOAD:
+            fault = None
             try:
-                request = emulate_grpc_load(request, self.parameters, _fault(self.faults, self.host))
+                fault = _fault(self.faults, self.host)
+                request = emulate_grpc_load(request, self.parameters, fault)
             except EmulationError as exc:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"emulated accelerator: {exc}")
+            if not _hold(fault, self.upstream, self.gone):
+                context.abort(grpc.StatusCode.UNAVAILABLE, _GONE)
         try:
             remaining = context.time_remaining()  # huge, not None, when the caller set no deadline
             timeout = remaining if remaining is not None and remaining < 86400 else None
@@ -247,6 +261,27 @@ def _fault(faults: Path | None, host: str) -> ReloadFault | None:
         return take_reload_fault(faults, host)
     except (ValueError, OSError) as exc:
         raise EmulationError(f"reload fault for {host}: {exc}") from None
+
+
+_GONE = "tritonserver went away during the model load"
+
+
+def _hold(fault: ReloadFault | None, upstream: tuple[str, int], gone: threading.Event | None = None) -> bool:
+    """Hold a load that took a `hold` fault for the fault's time (blocking); False as soon as the pod's
+    `tritonserver` stops listening or `gone` is set: the load then fails, as one does when its server dies."""
+    if fault is None or fault.kind != "hold":
+        return True
+    deadline = time.monotonic() + fault.hold_ms / 1e3
+    while (left := deadline - time.monotonic()) > 0:
+        if gone is not None and gone.is_set():
+            return False
+        try:
+            with socket.create_connection(upstream, timeout=1.0):
+                pass
+        except OSError:
+            return False
+        time.sleep(min(_HOLD_POLL_S, left))
+    return True
 
 
 class Shim:
@@ -302,6 +337,7 @@ class Shim:
         pod = self._pods.pop(host, None)
         if pod is None:
             return
+        pod.relay.gone.set()  # a held load fails now, not after its hold
         self._close_http(pod.http)
         pod.grpc_server.stop(grace=1).wait(5)
         pod.relay.close()
