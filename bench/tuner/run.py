@@ -128,13 +128,16 @@ def _segments(kind: str, peak: float, duration: float, rng: np.random.Generator)
     raise ValueError(kind)
 
 
-def scenarios(quick: bool) -> list[Scenario]:
-    """The family, from fixed seeds."""
-    rng = np.random.default_rng(20261130)
+SEED = 20261130
+
+
+def scenarios(quick: bool, seed: int = SEED, count: int | None = None) -> list[Scenario]:
+    """The family, from fixed seeds (another `seed` draws another family: an out-of-sample check)."""
+    rng = np.random.default_rng(seed)
     measured = sorted(MEASURED.glob("*.csv")) if MEASURED.exists() else []
     families = [f for f in FAMILIES if f != "measured" or measured]
     out: list[Scenario] = []
-    count = 12 if quick else 120
+    count = count or (12 if quick else 120)
     duration = 300.0 if quick else 480.0
     for i in range(count):
         family = families[i % len(families)]
@@ -159,7 +162,7 @@ def scenarios(quick: bool) -> list[Scenario]:
             start_max_batch=min(start, curve.engine_max),
             p99_noise=0.15 if trace == "noise" else 0.0,
             gap=(duration / 3 + INTERVAL, 3) if trace == "gap" else None,
-            seed=1000 + i,
+            seed=1000 + i + (0 if seed == SEED else seed % 100_000),
         )
         name = f"{i:03d}-{family}-{trace}-r{replicas_max}-i{instances}-s{setup.start_max_batch}"
         out.append(Scenario(name, family, trace, setup))
@@ -241,15 +244,16 @@ def _dist(xs: list[float]) -> str:
     return f"{min(xs):.3f} / {np.percentile(xs, 10):.3f} / {np.median(xs):.3f}"
 
 
-def report(results: list[dict[str, Any]], out: Path, quick: bool) -> str:
+def report(results: list[dict[str, Any]], out: Path, quick: bool, seed: int = SEED, count: int | None = None) -> str:
     """Markdown report: targets, distribution per family, the 5 worst; PNGs beside it."""
     from tailtune.tuner.whatif import plot
 
-    by_name = {sc.name: sc for sc in scenarios(quick)}
+    by_name = {sc.name: sc for sc in scenarios(quick, seed, count)}
     lines = [
         "# Tuner benchmark (simulator)",
         "",
-        f"{len(results)} scenarios; `python bench/tuner/run.py{' --quick' if quick else ''}`. "
+        f"{len(results)} scenarios; `python bench/tuner/run.py{' --quick' if quick else ''}"
+        f"{f' --seed {seed}' if seed != SEED else ''}{f' --count {count}' if count else ''}`. "
         "Goodput = requests answered within the SLO per second; ratios are tailtune / baseline in the same run.",
         "",
         "| family | n | goodput/oracle min / p10 / median | windows in SLO (excl. steps) min / p10 / median "
@@ -346,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="12 short scenarios")
     ap.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
     ap.add_argument("--out", type=Path, default=OUT, help=f"report folder (default {OUT})")
+    ap.add_argument("--seed", type=int, default=SEED, help=f"draw the family from this seed (default {SEED})")
+    ap.add_argument("--count", type=int, default=None, help="scenarios to draw (default 120, 12 with --quick)")
     ap.add_argument("--only", default="", help="run only scenarios whose name matches this regular expression")
     ap.add_argument("--report-only", action="store_true", help="rewrite the report from results.json")
     ap.add_argument(
@@ -359,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only:
         results = json.loads((args.out / "results.json").read_text())
     else:
-        scs = [s for s in scenarios(args.quick) if re.search(args.only, s.name)]
+        scs = [s for s in scenarios(args.quick, args.seed, args.count) if re.search(args.only, s.name)]
         args.out.mkdir(parents=True, exist_ok=True)
         results = []
         earlier = {r["name"]: r for r in json.loads(args.baselines.read_text())} if args.baselines else {}
@@ -369,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             for res in pool.map(run_one, scs, base):
                 results.append(res)
                 (args.out / "results.json").write_text(json.dumps(results))
-    text = report(results, args.out, args.quick)
+    text = report(results, args.out, args.quick, args.seed, args.count)
     (args.out / "report.md").write_text(text)
     print(text.split("## The 5 worst")[0])
     print(f"{len(results)} scenarios in {time.perf_counter() - t0:.0f} s; report {args.out / 'report.md'}")

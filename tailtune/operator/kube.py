@@ -18,7 +18,7 @@ from kubernetes.client.rest import ApiException  # re-exported for the handlers
 
 from tailtune.api import API_VERSION, GROUP, KIND, PLURAL, VERSION, InferenceService, InferenceServiceStatus
 from tailtune.api.keys import DESIRED_HASH_ANNOTATION, JOB_NAME_LABEL
-from tailtune.api.v1alpha1 import LatencyStatus, ObjectMeta
+from tailtune.api.v1alpha1 import Condition, LatencyStatus, ObjectMeta
 from tailtune.operator.builders.common import Manifest, deployment_name, selector
 from tailtune.operator.builders.engine_job import ENGINE_BUILD
 from tailtune.operator.builders.triton import COMPONENT
@@ -283,9 +283,15 @@ class KubeCluster:
             self.custom.patch_namespaced_custom_object, GROUP, VERSION, meta.namespace, PLURAL, meta.name, body
         )
 
-    async def patch_latency(self, meta: ObjectMeta, latency: LatencyStatus) -> None:
-        """Merge-patch status.latency only (the tuner's observation; reconcile owns the rest of status)."""
-        body = {"status": {"latency": latency.model_dump(by_alias=True, mode="json")}}
+    async def patch_latency(
+        self, meta: ObjectMeta, latency: LatencyStatus, conditions: list[Condition] | None = None
+    ) -> None:
+        """Merge-patch status.latency (the tuner's observation) and, given, the conditions with SLOMet's message
+        told from it; reconcile owns the rest of status."""
+        status: dict[str, Any] = {"latency": latency.model_dump(by_alias=True, mode="json")}
+        if conditions is not None:
+            status["conditions"] = [c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in conditions]
+        body = {"status": status}
         await asyncio.to_thread(
             self.custom.patch_namespaced_custom_object_status, GROUP, VERSION, meta.namespace, PLURAL, meta.name, body
         )

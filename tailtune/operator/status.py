@@ -200,6 +200,19 @@ def compute_ready_condition(engine: Condition, serving: Condition) -> Condition:
     return _cond(READY, True, ALL_READY, "engine built and Triton serving")
 
 
+def refresh_slo_message(isvc: InferenceService, latency: LatencyStatus) -> list[Condition] | None:
+    """The conditions with SLOMet's message told from this latency when only the message moved (the window, the
+    figure), so the condition never tells an older window than `status.latency`; None when nothing to refresh.
+    A change of status or reason is reconcile's to write, with its Event."""
+    new = compute_slo_condition(isvc, latency)
+    out, moved = [], False
+    for c in isvc.status.conditions:
+        if c.type == SLO_MET and (c.status, c.reason) == (new.status, new.reason) and c.message != new.message:
+            c, moved = c.model_copy(update={"message": new.message}), True
+        out.append(c)
+    return out if moved else None
+
+
 def merge_conditions(old: list[Condition], new: list[Condition], *, now: datetime, generation: int) -> list[Condition]:
     """Stamp observedGeneration; keep lastTransitionTime where the status did not change."""
     previous = {c.type: c for c in old}

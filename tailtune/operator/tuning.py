@@ -27,6 +27,7 @@ from tailtune.api.keys import GRPC_PORT, ROLLOUT_ANNOTATION
 from tailtune.api.v1alpha1 import (
     BatchCount,
     Batching,
+    Condition,
     InferenceService,
     LatencyBreakdown,
     LatencyStatus,
@@ -60,6 +61,7 @@ from tailtune.operator.status import (
     QUERY_AMBIGUOUS,
     SLO_MET,
     compute_slo_condition,
+    refresh_slo_message,
 )
 from tailtune.triton.config import batching_from_config
 from tailtune.triton.control import ApplyError, apply_config, get_model_config_json, is_model_ready
@@ -80,7 +82,9 @@ class TunerCluster(Protocol):
         self, isvc: InferenceService, job_name: str, *, job_report: bool = True, pod_ips: bool = False
     ) -> Observed: ...
     async def patch_annotations(self, meta: ObjectMeta, annotations: dict[str, str]) -> None: ...
-    async def patch_latency(self, meta: ObjectMeta, latency: LatencyStatus) -> None: ...
+    async def patch_latency(
+        self, meta: ObjectMeta, latency: LatencyStatus, conditions: list[Condition] | None = None
+    ) -> None: ...
     async def emit_event(self, meta: ObjectMeta, type_: str, reason: str, message: str) -> None: ...
 
 
@@ -391,7 +395,7 @@ async def tune_step(
     metrics.record_latency(isvc.metadata.namespace, isvc.metadata.name, latency)
     old = isvc.status.latency
     if latency.model_copy(update={"observed_at": None}) != old.model_copy(update={"observed_at": None}):
-        await cluster.patch_latency(isvc.metadata, latency)
+        await cluster.patch_latency(isvc.metadata, latency, refresh_slo_message(isvc, latency))
     return decision
 
 

@@ -209,7 +209,10 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     # model erring on it as much as on the one in force. When none does, the SLO is out of reach: said so.
     broken = r.p_ms > policy.slo_ms
     stuck = False
-    if relieve and broken and st.calibration > CANDIDATE_CALIBRATION[1]:
+    # Confirmed by distinct windows at a steady queue: an overload or a backlog is a capacity problem (a burst
+    # also inflates the calibration), not evidence that the model misjudges the config in force.
+    misjudged = st.bad_windows >= policy.bad_windows and not (r.saturated or r.overloaded)
+    if misjudged and broken and st.calibration > CANDIDATE_CALIBRATION[1]:
         away = avoid | {(mb, delay)}
         alt = best_plan(curve, load, policy, st.calibration, backlog=r.saturated, avoid=away)
         c = alt.candidate
@@ -563,7 +566,7 @@ def _choose(
         old_cap = in_force.replicas * current.capacity_rps
         if replicas * target.capacity_rps < old_cap:
             replicas = max(replicas, min(policy.replicas_max, math.ceil(old_cap / target.capacity_rps)))
-        if replicas * target.capacity_rps < old_cap and keep:
+        if replicas * target.capacity_rps < old_cap and current.max_batch >= policy.warmup_max:
             target, replicas = current, max(replicas, in_force.replicas)
     if not relieve:
         # Comfortable: give back replicas, never reach for more without evidence of pressure.

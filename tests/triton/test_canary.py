@@ -55,8 +55,10 @@ GOOD = Batching(max_batch_size=8)
 BAD = Batching(max_batch_size=8, preferred_batch_sizes=[8], max_queue_delay_microseconds=500_000)
 # This 2-core machine is shared: three servers and six clients put single requests' P99 at 100-170 ms, up to
 # 290 ms when other work runs or the window (3 s here, against reloads of ~2 s) takes in a reload's stall, so
-# the SLO is wide and so is the margin over the other pods; the SLO decides.
-POLICY = RolloutPolicy(slo_ms=SLO_MS, window_seconds=WINDOW_S, min_samples=8, margin_share=1.0, margin_ms=30.0)
+# the SLO is wide and so is the margin over the other pods; the SLO decides. (A CI run saw a good canary at
+# 181.7 ms against the others' 59.4 ms with the machine busier still: the margin keeps a good change's verdict
+# off the noise, 2x the others + 150 ms, still under the SLO.)
+POLICY = RolloutPolicy(slo_ms=SLO_MS, window_seconds=WINDOW_S, min_samples=8, margin_share=1.0, margin_ms=150.0)
 
 
 @dataclass

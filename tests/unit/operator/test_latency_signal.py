@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tailtune.api.keys import APPLIED_ANNOTATION
-from tailtune.api.v1alpha1 import Batching, InferenceService, LatencyStatus, ObjectMeta
+from tailtune.api.v1alpha1 import Batching, Condition, InferenceService, LatencyStatus, ObjectMeta
 from tailtune.operator.handlers import retry_delay
 from tailtune.operator.inforce import in_force_annotation
 from tailtune.operator.observed import DeploymentObservation, JobObservation, Observed
@@ -199,8 +199,11 @@ class Recorder:
     async def patch_annotations(self, meta: ObjectMeta, annotations: dict[str, str]) -> None:
         return None
 
-    async def patch_latency(self, meta: ObjectMeta, latency: LatencyStatus) -> None:
+    async def patch_latency(
+        self, meta: ObjectMeta, latency: LatencyStatus, conditions: list[Condition] | None = None
+    ) -> None:
         self.latency = latency
+        self.conditions = conditions
 
     async def emit_event(self, meta: ObjectMeta, type_: str, reason: str, message: str) -> None:
         return None

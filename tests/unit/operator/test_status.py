@@ -156,3 +156,21 @@ def test_endpoints_only_when_the_service_exists() -> None:
     assert st.compute_status(isvc, observed, **kwargs).endpoints.http is None  # type: ignore[arg-type]
     served = st.compute_status(isvc, observed, service_exists=True, **kwargs)  # type: ignore[arg-type]
     assert served.endpoints.http == "http://demo.default.svc:8000"
+
+
+def test_the_slo_message_follows_the_latency_window_without_a_transition() -> None:
+    """The tick writes status.latency every window; SLOMet's message (which names the window) is refreshed with
+    it while status and reason stand, so the two never tell different windows. A transition is left to reconcile."""
+    isvc = make_isvc().obj()
+    first = LatencyStatus(observed_ms=50.0, window_start="2026-11-30T19:04:11Z", window_end="2026-11-30T19:05:11Z")
+    then = LatencyStatus(observed_ms=52.0, window_start="2026-11-30T19:04:17Z", window_end="2026-11-30T19:05:17Z")
+    written = st.compute_slo_condition(isvc, first)
+    isvc = isvc.model_copy(update={"status": isvc.status.model_copy(update={"conditions": [written]})})
+    refreshed = st.refresh_slo_message(isvc, then)
+    assert refreshed is not None and len(refreshed) == 1
+    (c,) = refreshed
+    assert (c.status, c.reason) == (written.status, written.reason)
+    assert "19:04:17Z" in c.message and "19:05:17Z" in c.message and "52.0 ms" in c.message
+    assert st.refresh_slo_message(isvc, first) is None  # nothing moved
+    within = LatencyStatus(observed_ms=10.0, window_start="2026-11-30T19:04:17Z", window_end="2026-11-30T19:05:17Z")
+    assert st.refresh_slo_message(isvc, within) is None  # a transition: reconcile's, with its Event

@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime
 
 from tailtune.api.keys import APPLIED_ANNOTATION, TUNER_STATE_ANNOTATION
-from tailtune.api.v1alpha1 import Batching, InferenceService, LatencyStatus, ObjectMeta
+from tailtune.api.v1alpha1 import Batching, Condition, InferenceService, LatencyStatus, ObjectMeta
 from tailtune.operator.inforce import in_force, in_force_annotation
 from tailtune.operator.inforce import tuner_state as state_for
 from tailtune.operator.observed import DeploymentObservation, JobObservation, Observed
@@ -36,8 +36,11 @@ class FakeTunerCluster:
     async def patch_annotations(self, meta: ObjectMeta, annotations: dict[str, str]) -> None:
         self.annotations.update(annotations)
 
-    async def patch_latency(self, meta: ObjectMeta, latency: LatencyStatus) -> None:
+    async def patch_latency(
+        self, meta: ObjectMeta, latency: LatencyStatus, conditions: list[Condition] | None = None
+    ) -> None:
         self.latency = latency
+        self.conditions = conditions
 
     async def emit_event(self, meta: ObjectMeta, type_: str, reason: str, message: str) -> None:
         self.events.append((type_, reason))
