@@ -27,7 +27,6 @@ pod lost mid-reload counts as a failed reload).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import re
@@ -37,10 +36,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from rich.console import Console
 
-from devkit.checkout import find_checkout
-from devkit.demo import Demo, demo_service
+from devkit.demo import demo_service
 from devkit.faults import ReloadFault, fault_path, inject_reload_fault
 from devkit.load import LoadGenerator, Phase, infer_body
 from devkit.runtime import UPSTREAM_HTTP_PORT
@@ -53,6 +50,7 @@ from tests.demo.test_rollout_operator import (
     TICK_S,
     Env,
     Service,
+    demo_env,
     describe,
     example,
     json_batching,
@@ -80,27 +78,11 @@ FAILED_SHARE_S = 10.0
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    work = tmp_path_factory.mktemp("reload-faults")
-    args = argparse.Namespace(
-        quick=True, duration=None, low_rps=RATE_RPS, high_rps=RATE_RPS, out=work / "out", workdir=work,
-        operator_command=None,
-    )  # fmt: skip
     doc = example()
     doc["spec"]["tuning"]["cooldownSeconds"] = COOLDOWN_S
-    demo = Demo(args, Console(stderr=True), find_checkout(), example=doc)
-    notes: list[str] = []
-    try:
-        with demo.stack:
-            demo.prepare_workdir()
-            cluster = demo.cluster = demo.up_cluster()
-            demo.install(cluster)
-            demo.start_components(cluster)
-            yield Env(demo, cluster, doc, notes)
-    finally:
-        demo.verify_nothing_left()
-        if notes:
-            print("\n\nreload faults through the operator (tests/demo/test_reload_faults.py):")
-            print("\n".join(f"  {n}" for n in notes))
+    title = "reload faults through the operator (tests/demo/test_reload_faults.py)"
+    with demo_env(tmp_path_factory.mktemp("reload-faults"), doc, title) as e:
+        yield e
 
 
 def is_ready(pod: dict[str, Any]) -> bool:

@@ -122,14 +122,13 @@ def example() -> dict[str, Any]:
     return doc
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    work = tmp_path_factory.mktemp("rollout-operator")
+@contextlib.contextmanager
+def demo_env(work: Path, doc: dict[str, Any], title: str) -> Iterator[Env]:
+    """The demo runtime (cluster, Prometheus, the operator) for `doc`'s services; the notes are printed after."""
     args = argparse.Namespace(
         quick=True, duration=None, low_rps=RATE_RPS, high_rps=RATE_RPS, out=work / "out", workdir=work,
         operator_command=None,
     )  # fmt: skip
-    doc = example()
     demo = Demo(args, Console(stderr=True), find_checkout(), example=doc)
     notes: list[str] = []
     try:
@@ -142,8 +141,15 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     finally:
         demo.verify_nothing_left()
         if notes:
-            print("\n\ncanary rollout through the operator (tests/demo/test_rollout_operator.py):")
+            print(f"\n\n{title}:")
             print("\n".join(f"  {n}" for n in notes))
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    title = "canary rollout through the operator (tests/demo/test_rollout_operator.py)"
+    with demo_env(tmp_path_factory.mktemp("rollout-operator"), example(), title) as e:
+        yield e
 
 
 # ------------------------------------------------------------------------------------------ one service
