@@ -912,12 +912,28 @@ def test_active_operator_of_an_ha_pair_killed_while_the_tuner_acts(
             key = first["tis"]["status"]["engine"]["cacheKey"]
             points = [{"batch": b, "ms": ms, "samples": 20, "source": "build"} for b, ms in LADDER_MS.items()]
             ladder = {"status": {"serviceTime": {"engineCacheKey": key, "points": points}}}
-            cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--subresource=status", "--type=merge",
-                            "-p", json.dumps(ladder))  # fmt: skip
+            # Kept there until the tuner acts: a status write of a reconcile in flight (from what it observed, with
+            # no build report) may drop it; a busy operator (after the 200 objects) left the tuner without a curve.
+            acting = threading.Event()
+
+            def keep_ladder() -> None:
+                while not acting.is_set():
+                    tis = cluster.get("tis", "resnet50", namespace) or {}
+                    if (tis.get("status", {}).get("serviceTime") or {}).get("engineCacheKey") != key:
+                        cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--subresource=status",
+                                        "--type=merge", "-p", json.dumps(ladder), check=False)  # fmt: skip
+                    acting.wait(1.0)
+
+            keeper = threading.Thread(target=keep_ladder, daemon=True)
+            keeper.start()
 
             # Killed on the watch event of the tuner's record (the config-in-force annotation), so the kill lands
             # while the act is in flight: before or between the ConfigMap and Deployment applies, or in the roll.
-            acted = kill_on_first_change(cluster, namespace, active)
+            try:
+                acted = kill_on_first_change(cluster, namespace, active)
+            finally:
+                acting.set()
+                keeper.join(timeout=10)
             killed = time.monotonic()
             if acted is None:
                 print("active log:\n" + active.log_tail(), file=sys.stderr)
