@@ -10,7 +10,11 @@ It plans from a model, not from steps:
    rate one replica serves with the predicted latency within the aim, corrected by the observed/predicted
    ratio of the config in force (calibration);
 4. the cheapest config: the fewest replicas that carry the load, then the most robust batching (the most
-   load within the aim), then the smaller batch. It goes there in one change.
+   load within the aim), then the smaller batch. It goes there in one change;
+5. evidence over the model: a config that breaks the SLO for distinct windows at a steady queue while the
+   model overrates it is left for one that holds the SLO with the model erring as much on it (none: said
+   `SLOInfeasible`); what was left for breaking the SLO, or a canary rejected, is not planned again at that
+   demand or more for a while, nor is a replica count scaled out of for bad windows scaled in to again.
 
 Invariants (each has a unit test): a change never adopts a config whose modelled capacity is below the
 demand times the margin (unless nothing within the bounds reaches it: then the config with the most
@@ -20,7 +24,8 @@ and the replicas it would take).
 
 The gates stay: missing data, windows already judged, windows overlapping the last change, replicas not
 ready, noise (K bad windows; one when it shows overload), hysteresis (a band between the aim and the
-comfort line), a draining backlog (waited for) and the cooldown between reloads.
+comfort line; no reload for a few percent while the config in force holds), a draining backlog (waited for)
+and the cooldown between reloads. A stale window still lets the measured curve replace a fragile config.
 """
 
 from __future__ import annotations
