@@ -34,7 +34,15 @@ from typing import Any
 import numpy as np
 
 from tailtune.sim.curves import PiecewiseCurve
-from tailtune.tuner.whatif import STEP_WINDOWS, Setup, read_curve, run_policy, step_windows, summarize
+from tailtune.tuner.whatif import (
+    STEP_WINDOWS,
+    Setup,
+    read_curve,
+    run_policy,
+    settle_intervals,
+    step_windows,
+    summarize,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "bench" / "out" / "tuner"
@@ -196,20 +204,10 @@ def _in_slo(w: dict[str, Any], slo_ms: float) -> bool:
 
 
 def _settle_but_scale_in(t: dict[str, Any], steps: set[int]) -> int:
-    """`settle_intervals`, not counting a change that only gives back replicas within the SLO (a cost move the
-    scale-in stabilization window delays on purpose)."""
-    tl, slo = t["timeline"], t["slo_ms"]
+    """`settle_intervals`, not counting a change that only gives back replicas within the SLO."""
+    tl = t["timeline"]
     first = max(steps) - STEP_WINDOWS if steps else 0
-    last = first
-    for w in range(first, len(tl)):
-        prev = tl[w - 1] if w > 0 else tl[w]
-        moved = any(tl[w][k] != prev[k] for k in ("max_batch", "delay_us", "replicas"))
-        give_back = (tl[w]["max_batch"], tl[w]["delay_us"]) == (prev["max_batch"], prev["delay_us"]) and tl[w][
-            "replicas"
-        ] < prev["replicas"]
-        if (moved and not give_back) or not _in_slo(tl[w], slo):
-            last = w + 1
-    return max(0, last - first)
+    return settle_intervals(tl, [_in_slo(w, t["slo_ms"]) for w in tl], first, count_give_back=False)
 
 
 def metrics(r: dict[str, Any], setup: Setup | None = None) -> dict[str, float]:

@@ -66,7 +66,7 @@ from tailtune.operator.status import (
 from tailtune.triton.config import batching_from_config
 from tailtune.triton.control import ApplyError, apply_config, get_model_config_json, is_model_ready
 from tailtune.tuner import prom
-from tailtune.tuner.law import hold
+from tailtune.tuner.law import MAX_REJECTED, hold
 from tailtune.tuner.loop import ObservationReader, tune_once
 from tailtune.tuner.prom import TRITON_SUMMARY_QUANTILES, PrometheusUnavailable, Signal, quantile_label
 from tailtune.tuner.servicetime import BatchSample, CurvePoint
@@ -522,7 +522,7 @@ async def _ended(
     if step.outcome == "rejected":
         await cluster.emit_event(isvc.metadata, "Warning", CANARY_REJECTED, step.message)
         rejected = RejectedConfig(batching=rollout.target, demand_rps=rollout.demand_rps, at=now, reason=step.message)
-        kept = (*state.rejected[-9:], rejected)
+        kept = (*state.rejected, rejected)[-MAX_REJECTED:]
         st = state.model_copy(update={"rejected": kept, "last_reason_code": CANARY_REJECTED})
         # changed_at moves: the law waits for a clean window of the config in force before it plans again.
         in_force = applied.model_copy(update={"changed_at": now, "reason": step.message})

@@ -402,7 +402,7 @@ def summarize(setup: Setup, policy: str, run: Run | None = None) -> dict[str, An
             }
         )
     last_step = max(steps) - STEP_WINDOWS if steps else 0
-    settle = _settle(timeline, in_slo, last_step)
+    settle = settle_intervals(timeline, [bool(x) for x in in_slo], last_step)
     final = timeline[-1] if timeline else {"max_batch": 0, "delay_us": 0, "replicas": 0}
     return {
         "policy": policy,
@@ -422,12 +422,20 @@ def summarize(setup: Setup, policy: str, run: Run | None = None) -> dict[str, An
     }
 
 
-def _settle(timeline: Sequence[dict[str, Any]], in_slo: npt.NDArray[np.bool_], from_window: int) -> int:
-    """Windows after the last step until the config stops changing and every later window is in the SLO."""
+def settle_intervals(
+    timeline: Sequence[dict[str, Any]], in_slo: Sequence[bool], from_window: int, count_give_back: bool = True
+) -> int:
+    """Windows after the last step until the config stops changing and every later window is in the SLO.
+    Without `count_give_back`, a change that only gives back replicas within the SLO does not count (a cost move
+    the scale-in stabilization window delays on purpose)."""
     last = from_window
     for w in range(from_window, len(timeline)):
-        moved = w > 0 and any(timeline[w][k] != timeline[w - 1][k] for k in ("max_batch", "delay_us", "replicas"))
-        if moved or not in_slo[w]:
+        now, prev = timeline[w], timeline[w - 1] if w > 0 else timeline[w]
+        moved = any(now[k] != prev[k] for k in ("max_batch", "delay_us", "replicas"))
+        give_back = (now["max_batch"], now["delay_us"]) == (prev["max_batch"], prev["delay_us"]) and (
+            now["replicas"] < prev["replicas"]
+        )
+        if (moved and (count_give_back or not give_back)) or not in_slo[w]:
             last = w + 1
     return max(0, last - from_window)
 
