@@ -97,6 +97,12 @@ class Summary:
     breakdown_ms: dict[str, Breakdown] = field(default_factory=dict)
 
 
+def _stretches(s: Summary) -> list[Window]:
+    """The report's stretches in order: before the step, high load before the tuner's first change (if any),
+    after it."""
+    return [w for w in (s.before, s.untuned_high, s.after) if w is not None]
+
+
 @dataclass(frozen=True)
 class Breakdown:
     """Mean ms per request inside Triton over a stretch: queue and batching wait, compute, the rest."""
@@ -297,13 +303,12 @@ def markdown(summary: Summary) -> str:
         "| stretch | from t (s) | to t (s) | throughput (req/s) | P50 (ms) | P99 (ms) | failed |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for w in (s.before, s.untuned_high, s.after):
-        if w is not None:
-            p99 = "unbounded (failures)" if w.p99_ms is None and w.sent else _fmt(w.p99_ms)
-            lines.append(
-                f"| {w.label} | {w.start_s:.0f} | {w.end_s:.0f} | {w.throughput_rps:g} | {_fmt(w.p50_ms)} "
-                f"| {p99} | {w.failed}/{w.sent} |"
-            )
+    for w in _stretches(s):
+        p99 = "unbounded (failures)" if w.p99_ms is None and w.sent else _fmt(w.p99_ms)
+        lines.append(
+            f"| {w.label} | {w.start_s:.0f} | {w.end_s:.0f} | {w.throughput_rps:g} | {_fmt(w.p50_ms)} "
+            f"| {p99} | {w.failed}/{w.sent} |"
+        )
     lines += ["", *client_vs_server(s)]
     lines += ["", *where_the_time_goes(s)]
     lines += ["", "## Tuner decisions", ""]
@@ -329,9 +334,7 @@ def client_vs_server(s: Summary) -> list[str]:
         "| stretch | client P99 (ms) | server P99 (ms) | client - server (ms) |",
         "| --- | --- | --- | --- |",
     ]
-    for w in (s.before, s.untuned_high, s.after):
-        if w is None:
-            continue
+    for w in _stretches(s):
         server = s.server_p99_ms.get(w.label)
         outside = None if server is None or w.p99_ms is None else round(w.p99_ms - server, 2)
         lines.append(f"| {w.label} | {_fmt(w.p99_ms)} | {_fmt(server)} | {_fmt(outside)} |")
@@ -352,9 +355,7 @@ def where_the_time_goes(s: Summary) -> list[str]:
         "| stretch | queue (ms) | compute (ms) | rest (ms) | queue share |",
         "| --- | --- | --- | --- | --- |",
     ]
-    for w in (s.before, s.untuned_high, s.after):
-        if w is None:
-            continue
+    for w in _stretches(s):
         b = s.breakdown_ms.get(w.label) or Breakdown(None, None, None)
         share = "n/a" if b.queue_share is None else f"{b.queue_share:.0%}"
         lines.append(f"| {w.label} | {_fmt(b.queue_ms)} | {_fmt(b.compute_ms)} | {_fmt(b.rest_ms)} | {share} |")

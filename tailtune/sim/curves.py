@@ -48,11 +48,9 @@ class TableCurve:
 
     def ms(self, batch: int) -> float:
         """Execution time in ms."""
-        pts = self.points
-        if batch <= pts[0][0]:
-            return pts[0][1]
-        k = next((i for i in range(1, len(pts)) if batch <= pts[i][0]), len(pts) - 1)
-        (b0, t0), (b1, t1) = pts[k - 1], pts[k]
+        if batch <= self.points[0][0]:
+            return self.points[0][1]
+        (b0, t0), (b1, t1) = _segment(self.points, batch)
         slope = math.log(t1 / t0) / math.log(b1 / b0)
         return t0 * math.exp(slope * math.log(batch / b0))
 
@@ -76,12 +74,16 @@ class PiecewiseCurve:
 
     def ms(self, batch: int) -> float:
         """Execution time in ms (linear past the last point along the last segment)."""
-        pts = self.points
-        if batch <= pts[0][0]:
-            return pts[0][1]
-        k = next((i for i in range(1, len(pts)) if batch <= pts[i][0]), len(pts) - 1)
-        (b0, t0), (b1, t1) = pts[k - 1], pts[k]
+        if batch <= self.points[0][0]:
+            return self.points[0][1]
+        (b0, t0), (b1, t1) = _segment(self.points, batch)
         return t0 + (t1 - t0) * (batch - b0) / (b1 - b0)
+
+
+def _segment(pts: tuple[tuple[int, float], ...], batch: int) -> tuple[tuple[int, float], tuple[int, float]]:
+    """The two measured points around `batch` (the last two past the last point)."""
+    k = next((i for i in range(1, len(pts)) if batch <= pts[i][0]), len(pts) - 1)
+    return pts[k - 1], pts[k]
 
 
 def linear_power(a_ms: float = 2.0, c_ms: float = 0.4, p: float = 1.3) -> LinearPower:
