@@ -28,7 +28,16 @@ from tailtune.api.keys import APPLIED_ANNOTATION
 from tailtune.tuner.types import InForce
 from tests.e2e import test_latency_reasons
 from tests.e2e.test_latency_reasons import FAKE_ANSWERS, FAKE_METRIC, FakePrometheus
-from tests.e2e.test_operator import OperatorProcess, condition, engine_store, example, jobs, wait_condition
+from tests.e2e.test_operator import (
+    BATCH_OF_FOUR,
+    SCALE_TO_TWO,
+    OperatorProcess,
+    condition,
+    engine_store,
+    example,
+    jobs,
+    wait_condition,
+)
 
 if TYPE_CHECKING:
     from tests.e2e.conftest import Cluster, RecoveryTable
@@ -223,8 +232,7 @@ def test_triton_pods_the_replicaset_cannot_create_are_named(
     wait_condition(cluster, operator, namespace, "resnet50", "Ready", "True")
     _quota(cluster, namespace, 1)  # the one Triton pod fits; the build pod has finished and counts no more
     start = time.monotonic()
-    cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--type=merge", "-p",
-                    '{"spec": {"serving": {"replicas": {"min": 2, "max": 4}}}}')  # fmt: skip
+    cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--type=merge", "-p", SCALE_TO_TWO)
     # One pod serves, the second cannot be created: degraded, with the ReplicaSet controller's words.
     c = wait_condition(cluster, operator, namespace, "resnet50", "ServingReady", "True", "ServingDegraded", 30)
     print(
@@ -336,8 +344,7 @@ def test_large_user_annotation_neither_blocks_updates_nor_deletion(
     doc["metadata"]["annotations"] = {"example.com/blob": "x" * 150_000}
     cluster.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(doc))
     wait_condition(cluster, operator, namespace, "resnet50", "Ready", "True")
-    cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--type=merge", "-p",
-                    '{"spec": {"serving": {"replicas": {"min": 2, "max": 4}}}}')  # fmt: skip
+    cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--type=merge", "-p", SCALE_TO_TWO)
     cluster.wait_for(
         "the spec change applied",
         lambda: cluster.get("deployment", "resnet50-triton", namespace)["spec"]["replicas"] == 2,
@@ -448,6 +455,17 @@ def restore_controllers(cluster: Cluster) -> None:
         cluster.kubectl("delete", "namespace", probe, "--wait=false", check=False)
 
 
+def scale_to_two_and_wait(cluster: Cluster, namespace: str, acting: OperatorProcess, what: str) -> None:
+    """Scales resnet50 to two replicas and waits (45 s at most) for Ready with both; the acting operator's log on
+    failure."""
+    cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--type=merge", "-p", SCALE_TO_TWO)
+    try:
+        cluster.wait_for(what, lambda: ready_with_replicas(cluster, namespace, "resnet50", 2), 45)
+    except BaseException:
+        print("operator log:\n" + acting.log_tail(), file=sys.stderr)
+        raise
+
+
 def ready_with_replicas(cluster: Cluster, namespace: str, name: str, replicas: int) -> bool:
     tis = cluster.get("tis", name, namespace)
     ready = condition(tis, "Ready")
@@ -479,15 +497,7 @@ def _change_reaches_ready(
     cluster: Cluster, operator: OperatorProcess, namespace: str, back: float, component: str, down_s: float,
     recovery_table: RecoveryTable,
 ) -> None:  # fmt: skip
-    cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--type=merge", "-p",
-                    '{"spec": {"serving": {"replicas": {"min": 2, "max": 4}}}}')  # fmt: skip
-    try:
-        cluster.wait_for(
-            "status to move after the restart", lambda: ready_with_replicas(cluster, namespace, "resnet50", 2), 45
-        )
-    except BaseException:
-        print("operator log:\n" + operator.log_tail(), file=sys.stderr)
-        raise
+    scale_to_two_and_wait(cluster, namespace, operator, "status to move after the restart")
     recover_s = time.monotonic() - back
     print(f"{component} down {down_s} s: a spec change made then Ready {recover_s:.1f} s after the API server")
     assert operator.alive()
@@ -514,11 +524,7 @@ def test_operator_killed_during_a_rolling_change_converges(
     cluster.apply(doc, namespace=namespace)
     wait_condition(cluster, operator, namespace, "resnet50", "Ready", "True")
     before = cluster.get("deployment", "resnet50-triton", namespace)
-    patch = (
-        '{"spec": {"serving": {"batching": {"maxBatchSize": 4, "preferredBatchSizes": [4]}},'
-        ' "warmup": {"batchSizes": [1, 4]}}}'
-    )
-    cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--type=merge", "-p", patch)
+    cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--type=merge", "-p", BATCH_OF_FOUR)
     time.sleep(0.05)  # the operator has seen the change, or is about to
     operator.kill()
     operator.start()
@@ -787,15 +793,7 @@ def test_active_operator_of_an_ha_pair_killed_the_standby_takes_over(
         wait_condition(cluster, active, namespace, "resnet50", "Ready", "True")
         active.kill()
         killed = time.monotonic()
-        cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--type=merge", "-p",
-                        '{"spec": {"serving": {"replicas": {"min": 2, "max": 4}}}}')  # fmt: skip
-        try:
-            cluster.wait_for(
-                "the standby to apply the change", lambda: ready_with_replicas(cluster, namespace, "resnet50", 2), 45
-            )
-        except BaseException:
-            print("standby log:\n" + standby.log_tail(), file=sys.stderr)
-            raise
+        scale_to_two_and_wait(cluster, namespace, standby, "the standby to apply the change")
         recover_s = time.monotonic() - killed
         print(f"active operator killed: the standby applied a change {recover_s:.1f} s later")
         assert standby.alive()

@@ -108,6 +108,14 @@ def engine_store(cluster: Cluster, namespace: str) -> None:
     cluster.apply(pv, pvc)
 
 
+# Spec changes the tests make: two replicas (a scale, no reload), max batch 4 (a serving change, no new build).
+SCALE_TO_TWO = '{"spec": {"serving": {"replicas": {"min": 2, "max": 4}}}}'
+BATCH_OF_FOUR = (
+    '{"spec": {"serving": {"batching": {"maxBatchSize": 4, "preferredBatchSizes": [4]}},'
+    ' "warmup": {"batchSizes": [1, 4]}}}'
+)
+
+
 def example(name: str = "resnet50") -> dict[str, Any]:
     doc: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     doc["metadata"]["name"] = name
@@ -271,11 +279,7 @@ def test_serving_change_rolls_without_a_new_build(cluster: Cluster, operator: Op
     cluster.apply(example(), namespace=namespace)
     wait_condition(cluster, operator, namespace, "resnet50", "Ready", "True")
     before = cluster.get("deployment", "resnet50-triton", namespace)
-    patch = (
-        '{"spec": {"serving": {"batching": {"maxBatchSize": 4, "preferredBatchSizes": [4]}},'
-        ' "warmup": {"batchSizes": [1, 4]}}}'
-    )
-    cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--type=merge", "-p", patch)
+    cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--type=merge", "-p", BATCH_OF_FOUR)
 
     def rolled() -> dict[str, Any] | None:
         dep = cluster.get("deployment", "resnet50-triton", namespace)
