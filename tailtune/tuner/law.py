@@ -4,13 +4,17 @@ It plans from a model, not from steps:
 
 1. the measured service-time curve t(b) (`servicetime`: the build's ladder, refined by Triton's live
    per-batch-size statistics);
-2. the measured demand (completions plus the growth of the queue), with a margin, plus what it takes to
-   drain a backlog within a couple of intervals;
+2. the measured demand (completions plus the growth of the queue), with a margin (on a sustained ramp, where
+   the demand will be by the time a change is confirmed), plus what it takes to drain a backlog within a
+   couple of intervals;
 3. a queueing model of the batcher (`model`): for each candidate (max batch, queue delay) the largest
    rate one replica serves with the predicted latency within the aim, corrected by the observed/predicted
    ratio of the config in force (calibration);
 4. the cheapest config: the fewest replicas that carry the load, then the most robust batching (the most
-   load within the aim), then the smaller batch. It goes there in one change;
+   load within the aim), then the smaller batch. It goes there in one change. Short of the SLO within the
+   bounds: the most load within the SLO among configs that keep up; where nothing holds the SLO even at the
+   demand itself, the most goodput (the largest share of the demand the model answers within the SLO: a
+   config whose batches at this load take longer than the SLO answers none in time, however much it drains);
 5. evidence over the model: a config that breaks the SLO for distinct windows at a steady queue while the
    model overrates it is left for one that holds the SLO with the model erring as much on it (none: said
    `SLOInfeasible`); what was left for breaking the SLO, or a canary rejected, is not planned again at that
@@ -32,13 +36,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tailtune.api.v1alpha1 import Batching
 from tailtune.tuner.model import capacity as model_capacity
-from tailtune.tuner.model import max_rate, predict
+from tailtune.tuner.model import max_rate, predict, share_within
 from tailtune.tuner.servicetime import Curve, CurvePoint, learn, merged
 from tailtune.tuner.types import Decision, InForce, Observation, Policy, RejectedConfig, TooFewReplicas, TunerState
 
@@ -78,6 +83,8 @@ CANDIDATE_CALIBRATION = (0.8, 1.25)
 SWITCH_GAIN = 1.15
 # ... or have this much more burst capacity (what full batches drain) and be no less robust.
 BURST_GAIN = 1.1
+# Short of the SLO whatever the config: a reload only for this much more of the demand answered within it.
+SHARE_GAIN = 0.1
 # A config in force whose capacity is under 1/this of the most capable candidate's is fragile: a load step
 # away from a backlog. It is replaced even while the latency holds (and first thing, while there is no traffic).
 FRAGILE_FACTOR = 1.5
@@ -87,6 +94,12 @@ EXPLORE_REACH = 2
 # it failed at (`TunerState.rejected`).
 REJECTED_FOR = timedelta(minutes=30)
 REJECTED_DEMAND_SHARE = 0.25
+# A demand that rose in each of this many windows is a ramp: the plan meets it this many intervals ahead (one
+# for the change to show in a window, one to confirm it).
+RAMP_WINDOWS = 3
+RAMP_HORIZON_INTERVALS = 2
+# ... rising by alike amounts: no rise more than this many times another (else it is a step).
+RAMP_EVENNESS = 3.0
 # Rejections remembered (oldest dropped first).
 MAX_REJECTED = 10
 
@@ -117,6 +130,9 @@ class Plan:
     load_rps: float
     # Carries the load within the SLO but not within the aim (the headroom is used up).
     within_slo_only: bool = False
+    # Short of the SLO and keeping up: the share of requests the model answers within the SLO at the demand
+    # with the candidate (its goodput per request; None when the plan is feasible, or when nothing keeps up).
+    share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -198,7 +214,9 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     if not curve:
         return _without_curve(st, in_force, r, policy, now, seen)
 
-    load = r.demand_rps * policy.demand_margin + r.backlog / (DRAIN_INTERVALS * policy.interval_seconds)
+    # A sustained ramp is met where it will be by the time a change shows and is confirmed, not where it is.
+    ahead = r.demand_rps + ramp_rps_per_s(recent) * RAMP_HORIZON_INTERVALS * policy.interval_seconds
+    load = max(r.demand_rps * policy.demand_margin, ahead) + r.backlog / (DRAIN_INTERVALS * policy.interval_seconds)
     # The residual measured on the config in force says little about configs in another regime: they get
     # only a bounded share of it.
     mild = min(CANDIDATE_CALIBRATION[1], max(CANDIDATE_CALIBRATION[0], st.calibration))
@@ -207,7 +225,8 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     # Fixing bad windows: what failed at about this demand (or less) stays out; re-optimizing while the latency
     # holds: whatever failed lately stays out (a move back is churn).
     avoid = rejected_now(st, r.demand_rps if relieve else None, now)
-    plan = best_plan(curve, load, policy, mild, backlog=r.saturated, avoid=avoid)
+    peak = max(d for _, d in recent)
+    plan = best_plan(curve, load, policy, mild, backlog=r.saturated, avoid=avoid, peak_rps=peak)
     # Evidence beats the model: a config in force that breaks the SLO window after window while the model rates
     # it better than the share of calibration other configs get is left (and not planned again at this demand,
     # as after a canary's rejection) for another config that holds the SLO at the measured demand even with the
@@ -219,7 +238,7 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     misjudged = st.bad_windows >= policy.bad_windows and not (r.saturated or r.overloaded)
     if misjudged and broken and st.calibration > CANDIDATE_CALIBRATION[1]:
         away = avoid | {(mb, delay)}
-        alt = best_plan(curve, load, policy, st.calibration, backlog=r.saturated, avoid=away)
+        alt = best_plan(curve, load, policy, st.calibration, backlog=r.saturated, avoid=away, peak_rps=peak)
         c = alt.candidate
         holds = alt.replicas * c.carries() >= r.demand_rps
         # Never a bet on a config that could not keep up with the planned load by what full batches drain,
@@ -269,7 +288,10 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         # The plan's candidates were judged against the SLO, not the aim: so is the config in force here.
         at_slo = policy.model_copy(update={"headroom": 1.0})
         current = _as_delivered(candidate(curve, mb, delay, at_slo, mild), r, in_force)
-    target, replicas = _choose(plan, current, in_force, r, relieve, policy, avoid)
+    in_share = 0.0
+    if plan.share is not None:
+        in_share = share(curve, candidate(curve, mb, delay, policy, mild), r.demand_rps, policy, mild, plan.replicas)
+    target, replicas = _choose(plan, current, in_force, r, relieve, policy, avoid, in_share)
     if replicas < in_force.replicas:
         # Scale in only as far as the highest demand of the stabilization window allows, only once the
         # window is full of history, and never while requests queue up.
@@ -282,10 +304,11 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         # Never while the latency is bad, nor on a plan that keeps only the SLO (no headroom).
         if r.saturated or relieve or plan.within_slo_only or span < policy.scale_in_window_seconds:
             replicas = in_force.replicas
-    # Said only on evidence: the aim broken, or a demand beyond what the bounds can drain at all. A plan
-    # short of its margin while the SLO holds is no alarm, just no room to grow.
+    # Said only on evidence: the aim broken, a queue growing at the limits, or a demand beyond what the bounds can
+    # drain at all. A plan short of its margin while the SLO holds is no alarm, just no room to grow.
+    at_limits = r.saturated and in_force.replicas >= policy.replicas_max
     infeasible = stuck or (
-        not plan.feasible and (bad or r.demand_rps > policy.replicas_max * plan.candidate.capacity_rps)
+        not plan.feasible and (r.over or at_limits or r.demand_rps > policy.replicas_max * plan.candidate.capacity_rps)
     )
     why = _explain(plan, load, curve, policy, alarm=infeasible)
     if stuck:
@@ -316,11 +339,12 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     reason = f"{seen}: {why}; {_describe(in_force.batching, in_force.replicas)} -> {_describe(batching, replicas)}"
     new = InForce(batching=batching, replicas=replicas, changed_at=now, reason=reason, rolled=in_force.rolled)
     st = st.model_copy(update={"bad_windows": 0, "good_windows": 0, "last_reason_code": code})
-    if relieve and broken and (target.max_batch, target.delay_us) != (mb, delay):
-        # Left for confirmed bad windows past the SLO: not planned again at this demand (or more) for a while.
+    if relieve and broken and plan.share is None and (target.max_batch, target.delay_us) != (mb, delay):
+        # Left for confirmed bad windows past the SLO: not planned again at this demand (or more) for a while
+        # (unless nothing holds the SLO at this demand: then every config breaks it).
         gone = RejectedConfig(batching=in_force.batching, demand_rps=r.demand_rps, at=now, reason=f"{seen}: {why}")
         st = st.model_copy(update={"rejected": (*st.rejected, gone)[-MAX_REJECTED:]})
-    if relieve and replicas > in_force.replicas:
+    if replicas > in_force.replicas:
         few = TooFewReplicas(replicas=in_force.replicas, demand_rps=r.demand_rps, at=now)
         st = st.model_copy(update={"too_few": (*st.too_few, few)[-MAX_REJECTED:]})
     return Decision(
@@ -338,6 +362,22 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
 def _idle(st: TunerState, in_force: InForce, policy: Policy, now: datetime) -> Decision:
     """No traffic: the cheapest moment for a reload."""
     return _unfragile(st, in_force, policy, now, 0.0, NO_TRAFFIC, "no requests in the window; holding the config")
+
+
+def ramp_rps_per_s(recent: tuple[tuple[datetime, float], ...]) -> float:
+    """The growth of the demand per second over the last RAMP_WINDOWS windows when it rose in every one of them by
+    more than noise (GROWTH_SHARE) and by alike amounts (a sustained ramp, e.g. a diurnal morning), else 0: a step,
+    or a step after noise, is no trend."""
+    last = recent[-RAMP_WINDOWS:]
+    if len(last) < RAMP_WINDOWS:
+        return 0.0
+    rises = [b[1] - a[1] for a, b in itertools.pairwise(last)]
+    if any(x <= GROWTH_SHARE * a[1] for x, a in zip(rises, last, strict=False)):
+        return 0.0
+    if max(rises) > RAMP_EVENNESS * min(rises):
+        return 0.0
+    span = (last[-1][0] - last[0][0]).total_seconds()
+    return (last[-1][1] - last[0][1]) / span if span > 0 else 0.0
 
 
 def _unfragile(
@@ -492,9 +532,11 @@ def best_plan(
     calibration: float = 1.0,
     backlog: bool = True,
     avoid: frozenset[tuple[int, int]] = frozenset(),
+    peak_rps: float = 0.0,
 ) -> Plan:
     """The fewest replicas that carry `load_rps`, then the most robust batching, then the smaller batch.
-    Configs in `avoid` (rejected by a canary) are skipped unless nothing else is left."""
+    Configs in `avoid` (rejected by a canary) are skipped unless nothing else is left. Short of the SLO within
+    the bounds, only configs that keep up with `peak_rps` (the highest demand seen lately) are considered."""
     every = [
         candidate(curve, b, d, policy, calibration)
         for b in candidate_sizes(curve, policy)
@@ -508,15 +550,42 @@ def best_plan(
     need = max(policy.replicas_min, need)
     if need > policy.replicas_max and policy.headroom < 1.0:
         # Nothing keeps the aim within the bounds: the SLO itself is the next best target (no headroom left).
-        at_slo = best_plan(curve, load_rps, policy.model_copy(update={"headroom": 1.0}), calibration, backlog, avoid)
+        at_slo = best_plan(
+            curve, load_rps, policy.model_copy(update={"headroom": 1.0}), calibration, backlog, avoid, peak_rps
+        )
         if at_slo.feasible:
             return Plan(at_slo.candidate, at_slo.replicas, True, load_rps, within_slo_only=True)
         policy = policy.model_copy(update={"headroom": 1.0})
         cands = [candidate(curve, c.max_batch, c.delay_us, policy, calibration) for c in cands]
         best = max(cands, key=lambda c: (c.carries(), -c.max_batch, -c.delay_us))
     if need > policy.replicas_max:
+        demand = load_rps / policy.demand_margin
         # Keeping up comes first: a config that cannot carry the demand collapses into a backlog.
         keeping = [c for c in cands if c.capacity_rps * policy.util_target * policy.replicas_max >= load_rps]
+        near = [c for c in keeping if c.carries() * policy.replicas_max * SWITCH_GAIN >= demand]
+        if not backlog and near:
+            # Short of the margin but keeping up with it, at (nearly) the SLO: the most load within the SLO.
+            pick = max(near, key=lambda c: (c.carries(), c.capacity_rps, -c.max_batch))
+            return Plan(pick, policy.replicas_max, False, load_rps, within_slo_only=True)
+        if not backlog:
+            # Nothing that keeps up with the margin comes near the SLO: among the configs that keep up with the
+            # demand with its margin (and with the highest demand seen lately: a burst like the last ones must
+            # find a config that keeps up) at full use, the most load within the SLO at the demand itself ...
+            steady = [c for c in cands if c.capacity_rps * policy.replicas_max >= max(load_rps, peak_rps)]
+            holding = [c for c in steady if c.carries() * policy.replicas_max >= demand]
+            if holding:
+                pick = max(holding, key=lambda c: (c.carries(), c.capacity_rps, -c.max_batch))
+                return Plan(pick, policy.replicas_max, False, load_rps, within_slo_only=True)
+            # ... and short of the SLO even at the demand itself: the most goodput is the largest share of the demand
+            # answered within the SLO (a config whose batches at this load take longer than the SLO answers none
+            # in time, however much it carries), then the most capacity.
+            shares = [(share(curve, c, demand, policy, calibration), c) for c in steady]
+            top_share = max((x for x, _ in shares), default=0.0)
+            if top_share > 0:
+                pick = max(
+                    (c for x, c in shares if x >= top_share - 0.01), key=lambda c: (c.capacity_rps, -c.max_batch)
+                )
+                return Plan(pick, policy.replicas_max, False, load_rps, within_slo_only=True, share=top_share)
         if not backlog and keeping:
             # Short of the SLO but keeping up: the most load within the SLO is the most goodput.
             pick = max(keeping, key=lambda c: (c.carries(), c.capacity_rps, -c.max_batch))
@@ -539,6 +608,21 @@ def best_plan(
     return Plan(pick, need, True, load_rps)
 
 
+def share(
+    curve: Curve, c: Candidate, demand_rps: float, policy: Policy, calibration: float, replicas: int = 0
+) -> float:
+    """The share of `demand_rps` the model answers within the SLO with `c` on `replicas` (default: the most)."""
+    per = demand_rps / max(1, replicas or policy.replicas_max)
+    if per >= c.capacity_rps:
+        return 0.0
+    return min(
+        share_within(
+            curve.ms, c.max_batch, c.delay_us, policy.instances, per, slo / max(calibration, 1e-6), c.capacity_rps
+        )
+        for _pct, slo in ((policy.percentile, policy.slo_ms), *policy.other_targets)
+    )
+
+
 def _choose(
     plan: Plan,
     current: Candidate,
@@ -547,26 +631,36 @@ def _choose(
     relieve: bool,
     policy: Policy,
     avoid: frozenset[tuple[int, int]] = frozenset(),
+    current_share: float = 0.0,
 ) -> tuple[Candidate, int]:
     """The config to move to: the plan, unless the config in force already does the job, and never a cut
-    in capacity under a backlog."""
+    in capacity under a backlog. Short of the SLO everywhere, the batching in force stays unless the plan's
+    answers a good deal more of the demand within the SLO (`current_share`: the share it answers)."""
     target, replicas = plan.candidate, plan.replicas
-    per = plan.load_rps / max(1, replicas)
-    holding = not (r.over or r.saturated)
-    carries_it = (
-        current.carries() >= per
-        or (not plan.feasible and not r.saturated)
-        # Observed within the aim and planned to carry nearly the load with margin: a reload for a few
-        # percent of robustness is not worth its cost.
-        or (holding and not relieve and current.carries() * SWITCH_GAIN >= per)
-    )
     keep = not _avoided(current.max_batch, current.delay_us, avoid) and current.max_batch >= policy.warmup_max
-    # A burst beyond the plan is served by what full batches drain: a tenth more of it, at no loss of robustness,
-    # is worth a reload (a property of the curve alone, free of the windows' noise).
-    sturdier = target.burst_rps >= BURST_GAIN * current.burst_rps and target.carries() >= current.carries()
-    if keep and carries_it and current.carries() * SWITCH_GAIN >= target.carries() and not sturdier:
-        # The batching in force carries the planned load and nothing is much more robust: no reload.
-        target = current
+    if plan.share is not None:
+        # Short of the SLO whatever the config: a reload only for a good deal more goodput.
+        # (Every config breaks the SLO here: one left earlier for breaking it is no worse for that.)
+        if current.max_batch >= policy.warmup_max and (
+            current_share * SWITCH_GAIN >= plan.share or plan.share - current_share < SHARE_GAIN
+        ):
+            target = current
+    else:
+        per = plan.load_rps / max(1, replicas)
+        holding = not (r.over or r.saturated)
+        carries_it = (
+            current.carries() >= per
+            or (not plan.feasible and not r.saturated)
+            # Observed within the aim and planned to carry nearly the load with margin: a reload for a few
+            # percent of robustness is not worth its cost.
+            or (holding and not relieve and current.carries() * SWITCH_GAIN >= per)
+        )
+        # A burst beyond the plan is served by what full batches drain: a tenth more of it, at no loss of
+        # robustness, is worth a reload (a property of the curve alone, free of the windows' noise).
+        sturdier = target.burst_rps >= BURST_GAIN * current.burst_rps and target.carries() >= current.carries()
+        if keep and carries_it and current.carries() * SWITCH_GAIN >= target.carries() and not sturdier:
+            # The batching in force carries the planned load and nothing is much more robust: no reload.
+            target = current
     if r.saturated or r.backlog > 0:
         old_cap = in_force.replicas * current.capacity_rps
         if replicas * target.capacity_rps < old_cap:
@@ -631,11 +725,15 @@ def _read(obs: Observation, p_ms: float, rate: float, in_force: InForce, policy:
     others = [(slo, ms) for pct, slo in policy.other_targets if (ms := seen.get(pct)) is not None]
     delay_ms = in_force.batching.max_queue_delay_microseconds / 1000
     waiting_ms = (obs.queue_ms or 0.0) - delay_ms
-    backlog_ms = min(
-        BACKLOG_SHARE_OF_SLO * policy.slo_ms,
-        BACKLOG_BATCHES * (obs.compute_ms if obs.compute_ms is not None else math.inf),
-    )
     growth = obs.queue_growth_rps
+    # A queue several batches deep is a backlog. Without a measured queue growth, so is a wait past a share of the
+    # SLO; with one, such a wait behind long batches that keep up is their own cost, not a growing backlog.
+    deep_ms = BACKLOG_BATCHES * (obs.compute_ms if obs.compute_ms is not None else math.inf)
+    backlog_ms = (
+        deep_ms
+        if growth is not None and obs.compute_ms is not None
+        else min(BACKLOG_SHARE_OF_SLO * policy.slo_ms, deep_ms)
+    )
     growing = growth is not None and growth > GROWTH_SHARE * rate
     saturated = (obs.queue_ms is not None and waiting_ms >= backlog_ms) or growing
     demand = rate + max(0.0, growth) if growth is not None else rate * (SATURATED_DEMAND_FACTOR if saturated else 1.0)

@@ -5,8 +5,12 @@ instances that execute on one device one batch at a time, t(b) the measured serv
 
 - Capacity: B / t(B) requests per second (full batches back to back).
 - Mean batch: a free instance takes what has queued (after waiting up to D to fill), so in steady state a
-  batch holds what arrived during one execution plus the delay: b = lambda (t(b) + D), capped at B.
-- Tail batch: Poisson fluctuation around that mean at the percentile's z.
+  batch holds what arrived during one execution plus the delay: b = lambda (t(b) + D), capped at B. Where a
+  steep stretch of the curve (a TensorRT profile edge) lets fluctuations carry the batches past the next
+  crossing within the hour (the batch-size Markov chain's expected hitting time), they settle at the fixed
+  point above it instead (`settle`).
+- Tail batch: Poisson fluctuation around that mean at the percentile's z, its spread from the curve's slope
+  over the excursion itself (the secant), not only at the mean.
 - Latency at the percentile: the wait for the batch in flight (a busy device with probability u, the
   residual of its execution), the wait for the device behind the other instances' batches, the delay, the
   own execution, and, as the full-batch utilisation rho = lambda/capacity nears 1, a queueing tail that grows
@@ -18,15 +22,18 @@ the tuner corrects its residual bias with the ratio of observed to predicted lat
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import NormalDist
 
+import numpy as np
+import numpy.typing as npt
+
 ServiceTime = Callable[[float], float]
-# Batches run away to max batch once a fluctuation reaches the next crossing of b = lambda t(b): it must lie
-# this many standard deviations of the batch size beyond the fixed point.
-RUNAWAY_MARGIN_SD = 4.0
+# The spread's slope is the curve's secant over this many standard deviations above the fixed point.
+SPREAD_SECANT_SD = 2.0
 
 
 @dataclass(frozen=True)
@@ -53,35 +60,90 @@ def _fixed_point(t: ServiceTime, big: int, lam: float, delay_ms: float) -> float
     return b
 
 
-def _spread(t: ServiceTime, b: float, lam: float, delay_ms: float) -> float:
-    """Standard deviation of the batch size around the fixed point (an AR(1) with slope lambda t'(b))."""
+def _spread(t: ServiceTime, b: float, lam: float, delay_ms: float, big: float = math.inf) -> float:
+    """Standard deviation of the batch size around the fixed point: an AR(1) whose slope lambda t'(b) is taken
+    as the secant over the excursion itself (a fluctuation that reaches a steep stretch of the curve, e.g. a
+    TensorRT profile edge just above a plateau, is amplified there even where the curve is flat at b)."""
     n = lam * (t(b) + delay_ms)
     slope = min(0.95, lam * (t(b + 0.5) - t(max(1.0, b - 0.5))))
-    return math.sqrt(max(n, 1e-9) / (1.0 - slope * slope))
+    sd = math.sqrt(max(n, 1e-9) / (1.0 - slope * slope))
+    for _ in range(8):
+        reach = min(SPREAD_SECANT_SD * sd, big - b)  # batches never exceed max batch
+        if reach < 0.5:
+            break
+        secant = min(0.95, lam * (t(b + reach) - t(b)) / reach)
+        if secant <= slope + 1e-6:
+            break
+        slope = secant
+        sd = math.sqrt(max(n, 1e-9) / (1.0 - slope * slope))
+    return sd
 
 
-def stable(t: ServiceTime, max_batch: int, delay_us: float, rate_rps: float) -> bool:
-    """Whether the batcher keeps up with `rate_rps` without running away to ever larger, slower batches.
-
-    Full batches that keep up drain any queue. Otherwise (a curve whose time grows faster than the batch) the
-    batcher is stable only around its small fixed point, and only while the next crossing, from which batches
-    run away to max batch, lies well beyond the batch size's natural spread.
-    """
-    big = max(1, max_batch)
-    lam = max(0.0, rate_rps) / 1000.0
-    delay_ms = max(0.0, delay_us) / 1000.0
-    if lam * (t(big) + delay_ms) <= big:
-        return True
-    b1 = _fixed_point(t, big, lam, delay_ms)
-    if b1 is None:
-        return False
-    sd = _spread(t, b1, lam, delay_ms)
+def _crossing(t: ServiceTime, big: int, lam: float, delay_ms: float, b1: float) -> float | None:
+    """The first batch size above the fixed point `b1` from which batches grow (lambda (t(b) + D) >= b), if any
+    up to `big`."""
     steps = 64
     for k in range(1, steps + 1):
         b = b1 + (big - b1) * k / steps
         if b > b1 + 0.5 and lam * (t(b) + delay_ms) >= b:
-            return b - b1 >= RUNAWAY_MARGIN_SD * sd
-    return True
+            return b
+    return None
+
+
+def _escapes(t: ServiceTime, lam: float, delay_ms: float, b1: float, b2: float) -> bool:
+    """Whether a greedy batcher at its fixed point `b1` forms a batch of `b2` or more within an hour.
+
+    The batch sizes are a Markov chain: the next batch holds what arrived during this one's execution (and the
+    delay), b' ~ Poisson(lambda (t(b) + D)), at least 1. The expected number of batches before the chain first
+    reaches `b2` solves (I - Q) h = 1 over the sizes below it. A steep stretch of the curve between the two
+    (lambda t'(b) > 1: a TensorRT profile edge) amplifies every fluctuation, which a spread taken at `b1` misses.
+    """
+    n = max(1, math.ceil(b2) - 1)
+    sizes = np.arange(1, n + 1)
+    means = lam * (np.array([t(float(b)) for b in sizes]) + delay_ms)
+    k = np.arange(1, n + 1)
+    logpmf = k[None, :] * np.log(np.maximum(means[:, None], 1e-300)) - means[:, None] - _log_factorial(n)[None, :]
+    q = np.exp(logpmf)
+    q[:, 0] += np.exp(-means)  # an empty queue: the next batch is the next arrival alone
+    try:
+        h = np.linalg.solve(np.eye(n) - q, np.ones(n))
+    except np.linalg.LinAlgError:
+        return True
+    start = min(n, max(1, round(b1))) - 1
+    batches_per_hour = 3_600_000.0 * lam / max(b1, 1.0)
+    return not (math.isfinite(h[start]) and h[start] >= batches_per_hour) or bool(np.any(h < 0))
+
+
+@functools.lru_cache(maxsize=8)
+def _log_factorial(n: int) -> npt.NDArray[np.float64]:
+    """log(k!) for k = 1..n."""
+    return np.cumsum(np.log(np.arange(1, n + 1, dtype=np.float64)))
+
+
+def settle(t: ServiceTime, max_batch: int, delay_us: float, rate_rps: float) -> float | None:
+    """The mean batch a greedy batcher settles at under `rate_rps`: its lowest fixed point b = lambda (t(b) + D),
+    unless fluctuations carry it past the next crossing within an hour (`_escapes`); then the next fixed point
+    above (a curve that flattens again, e.g. the next TensorRT profile range), or None: batches run away to max
+    batch and the queue grows."""
+    big = max(1, max_batch)
+    lam = max(0.0, rate_rps) / 1000.0
+    delay_ms = max(0.0, delay_us) / 1000.0
+    b = _fixed_point(t, big, lam, delay_ms)
+    while b is not None:
+        b2 = _crossing(t, big, lam, delay_ms, b)
+        if b2 is None or not _escapes(t, lam, delay_ms, b, b2):
+            return b
+        # Past the crossing batches grow until the curve lets them keep up again.
+        b = next(
+            (float(x) for x in range(math.floor(b2) + 1, big + 1) if lam * (t(float(x)) + delay_ms) <= x),
+            None,
+        )
+    return None
+
+
+def stable(t: ServiceTime, max_batch: int, delay_us: float, rate_rps: float) -> bool:
+    """Whether the batcher keeps up with `rate_rps` (`settle` finds where its batches settle)."""
+    return settle(t, max_batch, delay_us, rate_rps) is not None
 
 
 def capacity(t: ServiceTime, max_batch: int, delay_us: float = 0.0) -> float:
@@ -125,12 +187,12 @@ def predict(
     rho = rate_rps / cap if cap > 0 else math.inf
     if rho >= 1.0:
         return Prediction(math.inf, cap, float(big), 1.0, False)
-    b = _fixed_point(t, big, lam, delay_ms) or float(big)
+    b = settle(t, big, delay_us, rate_rps) or float(big)
     q = max(1e-6, 1.0 - percentile / 100.0)
     z = NormalDist().inv_cdf(1.0 - q)
     # Batch sizes follow b' ~ Poisson(lambda t(b)): an AR(1) around the fixed point whose slope g' = lambda t'(b)
     # amplifies the spread as it nears 1 (the edge of the superlinear collapse).
-    sd = _spread(t, b, lam, delay_ms)
+    sd = _spread(t, b, lam, delay_ms, big)
     b_hi = min(float(big), max(1.0, b + z * sd))
     t_hi = t(b_hi)
     util = min(1.0, lam * t(b) / b)
@@ -179,3 +241,33 @@ def max_rate(
         if hi - lo < 1e-4 * cap:
             break
     return lo
+
+
+def share_within(
+    t: ServiceTime,
+    max_batch: int,
+    delay_us: float,
+    instances: int,
+    rate_rps: float,
+    slo_ms: float,
+    capacity_rps: float | None = None,
+) -> float:
+    """Predicted share of requests answered within `slo_ms` at `rate_rps`: the highest percentile the model
+    keeps within it (0 when the load exceeds capacity or not even the median fits)."""
+    cap = capacity(t, max_batch, delay_us) if capacity_rps is None else capacity_rps
+
+    def ok(pct: float) -> bool:
+        return predict(t, max_batch, delay_us, instances, rate_rps, pct, cap).p_ms <= slo_ms
+
+    lo, hi = 50.0, 99.99
+    if not ok(lo):
+        return 0.0
+    if ok(hi):
+        return hi / 100.0
+    for _ in range(20):
+        mid = (lo + hi) / 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo / 100.0

@@ -190,7 +190,8 @@ class RejectedConfig(_Frozen):
 
 
 class TooFewReplicas(_Frozen):
-    """A replica count that broke the aim at a demand: the law does not scale in to it (or fewer) again there."""
+    """A replica count scaled out of at a demand (it broke the aim, or the observed latency said it would not carry
+    the load): the law does not scale in to it (or fewer) again there for a while."""
 
     replicas: int
     demand_rps: float

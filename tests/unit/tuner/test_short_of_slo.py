@@ -1,0 +1,100 @@
+"""The law where no config holds the SLO (goodput first), and on ramps (planned where the demand will be).
+
+The goodput cases run the law against the simulator (`whatif`) on a generated family of TensorRT-style stepwise
+curves overloaded at one replica: the batches a large max batch settles at take longer than the SLO, so a config
+that keeps up with the most capacity answers almost nothing in time while a small one answers most of the demand.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+
+from tailtune.sim.curves import PiecewiseCurve
+from tailtune.tuner import law
+from tailtune.tuner.model import predict, settle
+from tailtune.tuner.whatif import Setup, summarize
+from tests.unit.tuner.families import NOW
+
+
+def _stepwise(rng: np.random.Generator) -> PiecewiseCurve:
+    """A plateau up to batch 4, a steep profile edge to 8 and 12, then a gentle slope to 64."""
+    a = float(rng.uniform(5.0, 9.0))
+    edge = a * float(rng.uniform(1.2, 1.5))
+    pts = [(1, a), (2, a), (4, a), (8, a + edge), (12, a + 2.7 * edge), (16, a + 2.9 * edge)]
+    pts += [(b, a + 2.9 * edge + 0.25 * a * (b - 16) / 16) for b in (32, 48, 64)]
+    return PiecewiseCurve(tuple((b, round(ms, 3)) for b, ms in pts), f"stepwise(a={a:.1f})")
+
+
+def test_short_of_the_slo_everywhere_the_law_keeps_the_most_goodput() -> None:
+    """Overloaded at the bounds: tailtune answers at least as many requests within the SLO as Triton's default
+    (max batch = the engine's), and most of what the best small static config answers (which it has to find
+    first: two windows to confirm, one to reload), on every case."""
+    rng = np.random.default_rng(1207)
+    ratios = []
+    for i in range(4):
+        curve = _stepwise(rng)
+        a = curve.ms(1)
+        slo = round(3.0 * a, 2)
+        rate = round(float(rng.uniform(0.75, 0.85)) * 1000.0 * 4 / a, 1)  # 75-85 % of what batches of 4 drain
+        setup = Setup(
+            curve=curve,
+            segments=((0.0, 480.0, rate),),
+            slo_ms=slo,
+            instances=int(rng.choice([1, 2])),
+            start_max_batch=1,
+            seed=50 + i,
+        )
+        tailtune = summarize(setup, "tailtune")["goodput_rps"]
+        default = summarize(setup, "triton-default")["goodput_rps"]
+        small = max(summarize(setup, f"static:{b}:0")["goodput_rps"] for b in (4, 8))
+        # The family is what it says: the engine's max batch loses most of the goodput a small one keeps.
+        assert default < 0.8 * small, (i, default, small)
+        assert tailtune >= default - 0.01 * rate, (i, curve.name, tailtune, default)
+        ratios.append(tailtune / small)
+    # Known gap: with two instances sharing the device the model can still rank a large max batch above the small
+    # one that holds most of the demand (case 3 here: 0.18). The law before this test stayed at max batch 64
+    # on all four (under 0.1).
+    assert sum(1 for r in ratios if r >= 0.8) >= 3, ratios
+
+
+def test_a_steep_edge_carries_the_batcher_to_the_plateau_above() -> None:
+    """On a plateau-edge-plateau curve, batches that start at the low fixed point reach the edge within the hour
+    and settle at the fixed point above it: `settle` and `predict` say so, and the simulator agrees."""
+    from tailtune.api.v1alpha1 import Batching
+    from tailtune.sim import SimCluster, poisson
+
+    rng = np.random.default_rng(77)
+    for i in range(4):
+        curve = _stepwise(rng)
+        a = curve.ms(1)
+        rate = 0.8 * 1000.0 * 4 / a
+        b = settle(curve.ms, 64, 0, rate)
+        assert b is not None and b > 8, (i, b)  # past the edge, not the plateau's ~3
+        trace = poisson(rate, 130.0, i)
+        sim = SimCluster(curve, trace.arrivals, Batching(max_batch_size=64), 1, engine_max_batch=64, seed=i)
+        sim.advance(130.0)
+        arr, lat = sim.outcomes()
+        p99 = float(np.percentile(lat[arr >= 10.0], 99)) * 1000
+        pred = predict(curve.ms, 64, 0, 1, rate).p_ms
+        assert 0.5 <= pred / p99 <= 2.0, (i, pred, p99)
+
+
+def _recent(demands: list[float]) -> tuple[tuple[object, float], ...]:
+    return tuple((NOW - timedelta(seconds=30 * (len(demands) - 1 - k)), d) for k, d in enumerate(demands))
+
+
+def test_a_sustained_ramp_is_a_trend_and_a_step_or_noise_is_not() -> None:
+    rng = np.random.default_rng(5)
+    for i in range(200):
+        base = float(rng.uniform(50, 5000))
+        rise = base * float(rng.uniform(0.08, 0.3))  # per 30 s window
+        ramp = [base + float(x) for x in np.cumsum([0.0, *(rise * rng.uniform(0.8, 1.2, size=3))])]
+        slope = law.ramp_rps_per_s(_recent(ramp))  # type: ignore[arg-type]
+        assert slope > 0, (i, ramp)
+        assert abs(slope - (ramp[-1] - ramp[-3]) / 60) < 1e-6 * base, (i, ramp, slope)
+        flat = [base * float(rng.uniform(0.97, 1.03)) for _ in range(4)]
+        step = [*flat[:3], base * float(rng.uniform(1.5, 5.0))]
+        assert law.ramp_rps_per_s(_recent(flat)) == 0.0, (i, flat)  # type: ignore[arg-type]
+        assert law.ramp_rps_per_s(_recent(step)) == 0.0, (i, step)  # type: ignore[arg-type]
