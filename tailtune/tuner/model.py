@@ -231,15 +231,19 @@ def max_rate(
 
     if cap <= 0 or not ok(1e-3 * cap):
         return 0.0
-    lo, hi = 1e-3 * cap, cap
-    for _ in range(40):
+    return _largest(ok, 1e-3 * cap, cap, 1e-4 * cap)
+
+
+def _largest(ok: Callable[[float], bool], lo: float, hi: float, tolerance: float) -> float:
+    """The largest x in [lo, hi] with ok(x), for ok true at lo and monotone (bisection to `tolerance`)."""
+    for _ in range(60):
+        if hi - lo < tolerance:
+            break
         mid = (lo + hi) / 2
         if ok(mid):
             lo = mid
         else:
             hi = mid
-        if hi - lo < 1e-4 * cap:
-            break
     return lo
 
 
@@ -259,15 +263,8 @@ def share_within(
     def ok(pct: float) -> bool:
         return predict(t, max_batch, delay_us, instances, rate_rps, pct, cap).p_ms <= slo_ms
 
-    lo, hi = 50.0, 99.99
-    if not ok(lo):
+    if not ok(50.0):
         return 0.0
-    if ok(hi):
-        return hi / 100.0
-    for _ in range(20):
-        mid = (lo + hi) / 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo / 100.0
+    if ok(99.99):
+        return 0.9999
+    return _largest(ok, 50.0, 99.99, 0.01) / 100.0
