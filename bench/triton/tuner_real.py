@@ -7,7 +7,9 @@ label `namespace` the tuner's queries select on. Then:
 
 1. the live service-time curve: fixed-size batches (one request of b items at a time) on a quiet server,
    Triton's `batch_stats` deltas per size (`tailtune.triton.stats.BatchStatsReader`), written as
-   `bench/tuner/curves/tritonserver-emulated.csv` (`batch,ms`);
+   `curve.csv` (`batch,ms`) in `--out` (the simulator benchmark's measured family,
+   `bench/tuner/curves/tritonserver-emulated.csv`, changes only when asked with `--curve-out`: its scenarios and
+   their stored baselines are drawn from it);
 2. ground truth: a perf_analyzer sweep of static configs (max batch 1..64, delay 0), each reloaded with
    `tailtune.triton.control.apply_config`, at a fixed Poisson rate over gRPC; client P99 and throughput
    from perf_analyzer's per-request export;
@@ -607,9 +609,14 @@ def main() -> int:
     parser.add_argument("--runs", default="default,1", help="starting configs: 'default' (64) and/or max batch N")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "triton-tuner")
     parser.add_argument(
-        "--curve-out", type=Path, default=ROOT / "bench" / "tuner" / "curves" / "tritonserver-emulated.csv"
+        "--curve-out",
+        type=Path,
+        default=None,
+        help="where to write the measured curve (default: curve.csv in --out; the benchmark's measured family is "
+        "bench/tuner/curves/tritonserver-emulated.csv)",
     )
     args = parser.parse_args()
+    args.curve_out = args.curve_out or args.out / "curve.csv"
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="tailtune-tuner-real-"))
     t_start = time.monotonic()

@@ -658,7 +658,15 @@ def _choose(
         # A burst beyond the plan is served by what full batches drain: a tenth more of it, at no loss of
         # robustness, is worth a reload (a property of the curve alone, free of the windows' noise).
         sturdier = target.burst_rps >= BURST_GAIN * current.burst_rps and target.carries() >= current.carries()
-        if keep and carries_it and current.carries() * SWITCH_GAIN >= target.carries() and not sturdier:
+        # Scaling out, the new replicas relieve the pressure: a reload on every pod besides (a pause each, while
+        # the new ones are not ready yet) only for a batching in force that does not carry its share of the
+        # demand at the new count (the margin can wait for a later window).
+        scaling_out = replicas > in_force.replicas and current.carries() * replicas >= r.demand_rps
+        if (
+            keep
+            and not sturdier
+            and (scaling_out or (carries_it and current.carries() * SWITCH_GAIN >= target.carries()))
+        ):
             # The batching in force carries the planned load and nothing is much more robust: no reload.
             target = current
     if r.saturated or r.backlog > 0:

@@ -98,3 +98,44 @@ def test_a_sustained_ramp_is_a_trend_and_a_step_or_noise_is_not() -> None:
         step = [*flat[:3], base * float(rng.uniform(1.5, 5.0))]
         assert law.ramp_rps_per_s(_recent(flat)) == 0.0, (i, flat)  # type: ignore[arg-type]
         assert law.ramp_rps_per_s(_recent(step)) == 0.0, (i, step)  # type: ignore[arg-type]
+
+
+def test_a_scale_out_keeps_the_batching_that_carries_its_share() -> None:
+    """Relieving bad windows by a replica more, the law does not also reload a batching in force that carries the
+    per-replica load at the new count (bench scenario 004: max batch 4 -> 3 with 2 -> 3 replicas paused every pod
+    while the third was not ready, and broke the SLO for that window)."""
+    from tailtune.api.v1alpha1 import Batching
+    from tailtune.tuner.servicetime import Curve, CurvePoint
+    from tailtune.tuner.types import InForce, Observation, Policy, TunerState
+
+    ladder = [(b, 2.0 + 0.4 * b**1.3) for b in (1, 2, 4, 8, 16, 32, 64)]
+    policy = Policy(
+        slo_ms=8.96, batch_max=64, replicas_max=3, build_curve=tuple(CurvePoint(batch=b, ms=ms) for b, ms in ladder)
+    )
+    in_force = InForce(batching=Batching(max_batch_size=4), replicas=2, changed_at=NOW - timedelta(minutes=5))
+    seen = 0
+    for p99 in (7.5, 7.9, 8.5):
+        for calibration in (0.8, 1.0, 1.2, 1.4):
+            obs = Observation(
+                window_end=NOW,
+                span_seconds=30.0,
+                p_latency_ms=p99,
+                request_rate=1111.0,
+                queue_ms=1.0,
+                compute_ms=4.0,
+                queue_growth_rps=0.0,
+                ready_replicas=2,
+                sample_count=9000,
+            )
+            state = TunerState(last_window_end=NOW - timedelta(seconds=30), bad_windows=1, calibration=calibration)
+            d = law.decide(state, in_force, obs, policy, NOW)
+            if not (d.changed and d.replicas > in_force.replicas):
+                continue
+            # Whether the model (at the share of the updated calibration a candidate gets) has max batch 4 carry
+            # the demand at the new count.
+            mild = min(law.CANDIDATE_CALIBRATION[1], max(law.CANDIDATE_CALIBRATION[0], d.state.calibration))
+            carries = law.candidate(Curve(policy.build_curve), 4, 0, policy, mild).carries() * d.replicas >= 1111.0
+            if carries:
+                seen += 1
+                assert d.batching.max_batch_size == 4, (p99, calibration, d.reason)
+    assert seen >= 2, seen
