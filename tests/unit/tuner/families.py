@@ -147,3 +147,18 @@ def make_case(rng: np.random.Generator, kind: str | None = None) -> Case:
         recent_demand=tuple(sorted(past)),
     )
     return Case(t, policy, state, in_force, obs, demand, overloaded)
+
+
+def steady_window(p99: float, rate: float, replicas: int, queue_ms: float, compute_ms: float) -> Observation:
+    """A window with no queue growth, plenty of samples and every replica ready."""
+    return Observation(
+        window_end=NOW,
+        span_seconds=SPAN,
+        p_latency_ms=p99,
+        request_rate=rate,
+        queue_ms=queue_ms,
+        compute_ms=compute_ms,
+        queue_growth_rps=0.0,
+        ready_replicas=replicas,
+        sample_count=9000,
+    )

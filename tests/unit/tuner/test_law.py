@@ -27,6 +27,7 @@ from tests.unit.tuner.families import (
     capacity,
     make_case,
     make_policy,
+    steady_window,
     superlinear,
     window,
 )
@@ -499,21 +500,6 @@ def test_i_infeasible_only_on_evidence() -> None:
     assert quiet > 20, quiet
 
 
-def _steady(p99: float, rate: float, replicas: int, queue_ms: float, compute_ms: float) -> Observation:
-    """A window with no queue growth, plenty of samples and every replica ready."""
-    return Observation(
-        window_end=NOW,
-        span_seconds=SPAN,
-        p_latency_ms=p99,
-        request_rate=rate,
-        queue_ms=queue_ms,
-        compute_ms=compute_ms,
-        queue_growth_rps=0.0,
-        ready_replicas=replicas,
-        sample_count=9000,
-    )
-
-
 def _second_bad_window(calibration: float) -> TunerState:
     """The memory before a window that confirms one bad window already seen, at this observed/predicted ratio."""
     return TunerState(last_window_end=NOW - timedelta(seconds=30), bad_windows=1, calibration=calibration)
@@ -526,7 +512,7 @@ def test_i_the_config_in_force_breaking_the_slo_while_the_model_overrates_it_is_
     ladder = ((1, 10.6), (2, 10.6), (4, 10.6), (8, 21.2), (16, 36.1), (32, 61.6))
     policy = Policy(slo_ms=112.6, batch_max=32, build_curve=tuple(CurvePoint(batch=b, ms=ms) for b, ms in ladder))
     in_force = InForce(batching=Batching(max_batch_size=32), replicas=1, changed_at=NOW - timedelta(minutes=10))
-    obs = _steady(138.0, 300.0, replicas=1, queue_ms=5.0, compute_ms=30.0)
+    obs = steady_window(138.0, 300.0, replicas=1, queue_ms=5.0, compute_ms=30.0)
     for calibration in (1.5, 2.0):
         state = _second_bad_window(calibration)
         d = decide(state, in_force, obs, policy, NOW)
@@ -537,7 +523,7 @@ def test_i_the_config_in_force_breaking_the_slo_while_the_model_overrates_it_is_
     # At a demand nothing holds the SLO at with the model erring that much (max batch 6, the last to hold at 300
     # req/s even at x4, drains 377 req/s): the law stays and says the SLO is out of reach.
     for calibration in (1.5, 4.0):
-        busy = _steady(138.0, 360.0, replicas=1, queue_ms=5.0, compute_ms=30.0)
+        busy = steady_window(138.0, 360.0, replicas=1, queue_ms=5.0, compute_ms=30.0)
         d = decide(_second_bad_window(calibration), in_force, busy, policy, NOW)
         assert (d.action, d.reason_code, d.infeasible) == ("hold", law.SLO_INFEASIBLE, True), d.reason
         assert "no config within the bounds holds it" in d.reason
@@ -558,7 +544,7 @@ def test_i_a_move_on_evidence_never_lands_on_a_fragile_config() -> None:
     curve = Curve(policy.build_curve)
     for p99 in (9.6, 12.0, 20.0):
         for calibration in (1.5, 2.5, 4.0):
-            obs = _steady(p99, 580.0, replicas=2, queue_ms=1.0, compute_ms=3.5)
+            obs = steady_window(p99, 580.0, replicas=2, queue_ms=1.0, compute_ms=3.5)
             d = decide(_second_bad_window(calibration), in_force, obs, policy, NOW)
             after = _cand(curve, d.batching, policy, 1.0)
             assert not law.is_fragile(curve, after, policy), (p99, calibration, d.reason)

@@ -15,7 +15,7 @@ from tailtune.sim.curves import PiecewiseCurve
 from tailtune.tuner import law
 from tailtune.tuner.model import predict, settle
 from tailtune.tuner.whatif import Setup, summarize
-from tests.unit.tuner.families import NOW
+from tests.unit.tuner.families import NOW, steady_window
 
 
 def _stepwise(rng: np.random.Generator) -> PiecewiseCurve:
@@ -106,7 +106,7 @@ def test_a_scale_out_keeps_the_batching_that_carries_its_share() -> None:
     while the third was not ready, and broke the SLO for that window)."""
     from tailtune.api.v1alpha1 import Batching
     from tailtune.tuner.servicetime import Curve, CurvePoint
-    from tailtune.tuner.types import InForce, Observation, Policy, TunerState
+    from tailtune.tuner.types import InForce, Policy, TunerState
 
     ladder = [(b, 2.0 + 0.4 * b**1.3) for b in (1, 2, 4, 8, 16, 32, 64)]
     policy = Policy(
@@ -116,17 +116,7 @@ def test_a_scale_out_keeps_the_batching_that_carries_its_share() -> None:
     seen = 0
     for p99 in (7.5, 7.9, 8.5):
         for calibration in (0.8, 1.0, 1.2, 1.4):
-            obs = Observation(
-                window_end=NOW,
-                span_seconds=30.0,
-                p_latency_ms=p99,
-                request_rate=1111.0,
-                queue_ms=1.0,
-                compute_ms=4.0,
-                queue_growth_rps=0.0,
-                ready_replicas=2,
-                sample_count=9000,
-            )
+            obs = steady_window(p99, 1111.0, replicas=2, queue_ms=1.0, compute_ms=4.0)
             state = TunerState(last_window_end=NOW - timedelta(seconds=30), bad_windows=1, calibration=calibration)
             d = law.decide(state, in_force, obs, policy, NOW)
             if not (d.changed and d.replicas > in_force.replicas):
