@@ -288,9 +288,8 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         # The plan's candidates were judged against the SLO, not the aim: so is the config in force here.
         at_slo = policy.model_copy(update={"headroom": 1.0})
         current = _as_delivered(candidate(curve, mb, delay, at_slo, mild), r, in_force)
-    in_share = 0.0
-    if plan.share is not None:
-        in_share = share(curve, candidate(curve, mb, delay, policy, mild), r.demand_rps, policy, mild, plan.replicas)
+    # (A share plan is made only without a backlog: `current` is the config in force as the model has it.)
+    in_share = 0.0 if plan.share is None else share(curve, current, r.demand_rps, policy, mild, plan.replicas)
     target, replicas = _choose(plan, current, in_force, r, relieve, policy, avoid, in_share)
     if replicas < in_force.replicas:
         # Scale in only as far as the highest demand of the stabilization window allows, only once the

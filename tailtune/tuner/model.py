@@ -101,8 +101,8 @@ def _escapes(t: ServiceTime, lam: float, delay_ms: float, b1: float, b2: float) 
     n = max(1, math.ceil(b2) - 1)
     sizes = np.arange(1, n + 1)
     means = lam * (np.array([t(float(b)) for b in sizes]) + delay_ms)
-    k = np.arange(1, n + 1)
-    logpmf = k[None, :] * np.log(np.maximum(means[:, None], 1e-300)) - means[:, None] - _log_factorial(n)[None, :]
+    # q[i, j]: from a batch of i+1 to one of j+1 (the chain's steps among the sizes below b2).
+    logpmf = sizes[None, :] * np.log(np.maximum(means[:, None], 1e-300)) - means[:, None] - _log_factorial(n)[None, :]
     q = np.exp(logpmf)
     q[:, 0] += np.exp(-means)  # an empty queue: the next batch is the next arrival alone
     try:
@@ -177,41 +177,54 @@ def predict(
     capacity_rps: float | None = None,
 ) -> Prediction:
     """Predicted latency and capacity of one replica serving `rate_rps` (Poisson)."""
+    cap = capacity(t, max(1, max_batch), delay_us) if capacity_rps is None else capacity_rps
+    at, mean_batch, util, steady = _at_load(t, max_batch, delay_us, instances, rate_rps, cap)
+    return Prediction(at(percentile), cap, mean_batch, util, steady)
+
+
+def _at_load(
+    t: ServiceTime, max_batch: int, delay_us: float, instances: int, rate_rps: float, cap: float
+) -> tuple[Callable[[float], float], float, float, bool]:
+    """One replica at one load: (latency in ms at a percentile, mean batch, device utilisation, stable). Where
+    the batches settle does not depend on the percentile: it is found once for every percentile asked."""
     big = max(1, max_batch)
     t_full = t(big)
-    cap = capacity(t, big, delay_us) if capacity_rps is None else capacity_rps
     lam = max(0.0, rate_rps) / 1000.0  # requests per ms
     delay_ms = max(0.0, delay_us) / 1000.0
     if lam <= 0.0:
-        return Prediction(t(1.0), cap, 1.0, 0.0, True)
+        return (lambda _pct: t(1.0)), 1.0, 0.0, True
     rho = rate_rps / cap if cap > 0 else math.inf
     if rho >= 1.0:
-        return Prediction(math.inf, cap, float(big), 1.0, False)
+        return (lambda _pct: math.inf), float(big), 1.0, False
     b = settle(t, big, delay_us, rate_rps) or float(big)
-    q = max(1e-6, 1.0 - percentile / 100.0)
-    z = NormalDist().inv_cdf(1.0 - q)
     # Batch sizes follow b' ~ Poisson(lambda t(b)): an AR(1) around the fixed point whose slope g' = lambda t'(b)
     # amplifies the spread as it nears 1 (the edge of the superlinear collapse).
     sd = _spread(t, b, lam, delay_ms, big)
-    b_hi = min(float(big), max(1.0, b + z * sd))
-    t_hi = t(b_hi)
     util = min(1.0, lam * t(b) / b)
-    # The batch in flight: found busy with probability util; its residual at the tail.
-    in_flight = t_hi * max(0.0, 1.0 - q / util) if util > q else 0.0
-    # Batches fill (and a queue forms behind them) with this probability; then an M/D/1-like tail of
-    # full batches at utilisation rho.
-    p_full = 1.0 - NormalDist().cdf((big - 0.5 - b) / sd)
-    # Full batches serve B requests at once: the queue ahead drains B at a time (fitted against the simulator:
-    # the wait scales as t(B)/sqrt(B) between the M/D/1 of B=1 and a bulk queue).
-    queue = p_full * (t_full / math.sqrt(big)) * math.log(max(1.0, rho / q)) / (2.0 * (1.0 - rho))
-    # Other instances' batches ahead on the shared device (a queue delay does not reliably absorb this wait:
-    # the waiting instance still takes what has queued once the delay is over, often before the device frees).
-    contention = (instances - 1) * t_hi * util
     # The delay holds a batch only when the device would otherwise take it at once (idle, or a batch
     # shorter than the delay in flight).
     held = (1.0 - util) * delay_ms + util * max(0.0, delay_ms - t(b))
-    p_ms = max(in_flight, queue) + contention + held + t_hi
-    return Prediction(p_ms, cap, b, util, True)
+    # Batches fill (and a queue forms behind them) with this probability; then an M/D/1-like tail of
+    # full batches at utilisation rho.
+    p_full = 1.0 - NormalDist().cdf((big - 0.5 - b) / sd)
+
+    def at(percentile: float) -> float:
+        q = max(1e-6, 1.0 - percentile / 100.0)
+        z = NormalDist().inv_cdf(1.0 - q)
+        b_hi = min(float(big), max(1.0, b + z * sd))
+        t_hi = t(b_hi)
+        # The batch in flight: found busy with probability util; its residual at the tail.
+        in_flight = t_hi * max(0.0, 1.0 - q / util) if util > q else 0.0
+        # Full batches serve B requests at once: the queue ahead drains B at a time (fitted against the
+        # simulator: the wait scales as t(B)/sqrt(B) between the M/D/1 of B=1 and a bulk queue).
+        queue = p_full * (t_full / math.sqrt(big)) * math.log(max(1.0, rho / q)) / (2.0 * (1.0 - rho))
+        # Other instances' batches ahead on the shared device (a queue delay does not reliably absorb this
+        # wait: the waiting instance still takes what has queued once the delay is over, often before the
+        # device frees).
+        contention = (instances - 1) * t_hi * util
+        return max(in_flight, queue) + contention + held + t_hi
+
+    return at, b, util, True
 
 
 def max_rate(
@@ -259,9 +272,10 @@ def share_within(
     """Predicted share of requests answered within `slo_ms` at `rate_rps`: the highest percentile the model
     keeps within it (0 when the load exceeds capacity or not even the median fits)."""
     cap = capacity(t, max_batch, delay_us) if capacity_rps is None else capacity_rps
+    at = _at_load(t, max_batch, delay_us, instances, rate_rps, cap)[0]
 
     def ok(pct: float) -> bool:
-        return predict(t, max_batch, delay_us, instances, rate_rps, pct, cap).p_ms <= slo_ms
+        return at(pct) <= slo_ms
 
     if not ok(50.0):
         return 0.0
