@@ -226,6 +226,10 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     # holds: whatever failed lately stays out (a move back is churn).
     avoid = rejected_now(st, r.demand_rps if relieve else None, now)
     peak = max(d for _, d in recent)
+    if ahead > r.demand_rps * policy.demand_margin:
+        # A ramp goes on past where it is planned: a config that keeps up with the projection only at full use
+        # is overrun an interval later. Short of the SLO, the plan keeps up with it with the margin.
+        peak = max(peak, ahead * policy.demand_margin)
     plan = best_plan(curve, load, policy, mild, backlog=r.saturated, avoid=avoid, peak_rps=peak)
     # Evidence beats the model: a config in force that breaks the SLO window after window while the model rates
     # it better than the share of calibration other configs get is left (and not planned again at this demand,
@@ -561,7 +565,16 @@ def best_plan(
         demand = load_rps / policy.demand_margin
         # Keeping up comes first: a config that cannot carry the demand collapses into a backlog.
         keeping = [c for c in cands if c.capacity_rps * policy.util_target * policy.replicas_max >= load_rps]
+        # As where the SLO holds: a burst past the plan (like the highest demand seen lately) must not find a
+        # fragile config, where a sturdy one carries about as much within the SLO.
+        most_rps = max((c.capacity_rps for c in cands if not c.extrapolated), default=0.0)
+        sturdy = [
+            c
+            for c in keeping
+            if c.capacity_rps * FRAGILE_FACTOR >= most_rps and c.capacity_rps * policy.replicas_max >= peak_rps
+        ]
         near = [c for c in keeping if c.carries() * policy.replicas_max * SWITCH_GAIN >= demand]
+        near = [c for c in near if c in sturdy] or near
         if not backlog and near:
             # Short of the margin but keeping up with it, at (nearly) the SLO: the most load within the SLO.
             pick = max(near, key=lambda c: (c.carries(), c.capacity_rps, -c.max_batch))
@@ -572,6 +585,7 @@ def best_plan(
             # find a config that keeps up) at full use, the most load within the SLO at the demand itself ...
             steady = [c for c in cands if c.capacity_rps * policy.replicas_max >= max(load_rps, peak_rps)]
             holding = [c for c in steady if c.carries() * policy.replicas_max >= demand]
+            holding = [c for c in holding if c.capacity_rps * FRAGILE_FACTOR >= most_rps] or holding
             if holding:
                 pick = max(holding, key=lambda c: (c.carries(), c.capacity_rps, -c.max_batch))
                 return Plan(pick, policy.replicas_max, False, load_rps, within_slo_only=True)
@@ -659,12 +673,10 @@ def _choose(
         sturdier = target.burst_rps >= BURST_GAIN * current.burst_rps and target.carries() >= current.carries()
         # Scaling out, the new replicas relieve the pressure: a reload on every pod besides (a pause each, while
         # the new ones are not ready yet) only for a batching in force that does not carry its share of the
-        # demand at the new count (the margin can wait for a later window).
+        # demand at the new count (the margin, and a sturdier batching, can wait for a later window).
         scaling_out = replicas > in_force.replicas and current.carries() * replicas >= r.demand_rps
-        if (
-            keep
-            and not sturdier
-            and (scaling_out or (carries_it and current.carries() * SWITCH_GAIN >= target.carries()))
+        if keep and (
+            scaling_out or (not sturdier and carries_it and current.carries() * SWITCH_GAIN >= target.carries())
         ):
             # The batching in force carries the planned load and nothing is much more robust: no reload.
             target = current

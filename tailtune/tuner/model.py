@@ -13,8 +13,9 @@ instances that execute on one device one batch at a time, t(b) the measured serv
   over the excursion itself (the secant), not only at the mean.
 - Latency at the percentile: the wait for the batch in flight (a busy device with probability u, the
   residual of its execution), the wait for the device behind the other instances' batches, the delay, the
-  own execution, and, as the full-batch utilisation rho = lambda/capacity nears 1, a queueing tail that grows
-  like rho/(1-rho) (heavy-traffic: the waiting time's tail is exponential).
+  own execution, and, where batches fill at least as often as the percentile's tail, the queue of full batches
+  ahead: B requests leave per t(B) while Poisson(lambda t(B)) arrive, a random walk whose length at the tail
+  Kingman's exponential bound gives (the walk's Cramer root), B requests per t(B) of wait.
 
 The model is checked against the discrete-event simulator in tests (`tests/unit/tuner/test_model.py`), and
 the tuner corrects its residual bias with the ratio of observed to predicted latency (`calibration`).
@@ -34,6 +35,10 @@ import numpy.typing as npt
 ServiceTime = Callable[[float], float]
 # The spread's slope is the curve's secant over this many standard deviations above the fixed point.
 SPREAD_SECANT_SD = 2.0
+# Queue-length tails decaying faster than exp(-THETA_MAX n) are taken as no queue.
+THETA_MAX = 50.0
+# How often batches fill comes from the batch-size chain up to this max batch (a solve of its size).
+FULL_CHAIN_MAX = 128
 
 
 @dataclass(frozen=True)
@@ -90,14 +95,13 @@ def _crossing(t: ServiceTime, big: int, lam: float, delay_ms: float, b1: float) 
     return None
 
 
-def _escapes(t: ServiceTime, lam: float, delay_ms: float, b1: float, b2: float) -> bool:
-    """Whether a greedy batcher at its fixed point `b1` forms a batch of `b2` or more within an hour.
+def _hitting_batches(t: ServiceTime, lam: float, delay_ms: float, b1: float, b2: float) -> float:
+    """Expected number of batches before a greedy batcher at `b1` first forms a batch of `b2` or more.
 
     The batch sizes are a Markov chain: the next batch holds what arrived during this one's execution (and the
     delay), b' ~ Poisson(lambda (t(b) + D)), at least 1. The expected number of batches before the chain first
-    reaches `b2` solves (I - Q) h = 1 over the sizes below it. A steep stretch of the curve between the two
-    (lambda t'(b) > 1: a TensorRT profile edge) amplifies every fluctuation, which a spread taken at `b1` misses.
-    """
+    reaches `b2` solves (I - Q) h = 1 over the sizes below it: NaN where the solve fails or comes out negative
+    (a nearly singular system: the hitting time is astronomically long, or the chain runs away)."""
     n = max(1, math.ceil(b2) - 1)
     sizes = np.arange(1, n + 1)
     means = lam * (np.array([t(float(b)) for b in sizes]) + delay_ms)
@@ -108,10 +112,20 @@ def _escapes(t: ServiceTime, lam: float, delay_ms: float, b1: float, b2: float) 
     try:
         h = np.linalg.solve(np.eye(n) - q, np.ones(n))
     except np.linalg.LinAlgError:
-        return True
+        return math.nan
+    if np.any(h < 0):
+        return math.nan
     start = min(n, max(1, round(b1))) - 1
+    return float(h[start])
+
+
+def _escapes(t: ServiceTime, lam: float, delay_ms: float, b1: float, b2: float) -> bool:
+    """Whether a greedy batcher at its fixed point `b1` forms a batch of `b2` or more within an hour. A steep
+    stretch of the curve between the two (lambda t'(b) > 1: a TensorRT profile edge) amplifies every
+    fluctuation, which a spread taken at `b1` misses."""
     batches_per_hour = 3_600_000.0 * lam / max(b1, 1.0)
-    return not (math.isfinite(h[start]) and h[start] >= batches_per_hour) or bool(np.any(h < 0))
+    h = _hitting_batches(t, lam, delay_ms, b1, b2)
+    return not (math.isfinite(h) and h >= batches_per_hour)
 
 
 @functools.lru_cache(maxsize=8)
@@ -204,9 +218,14 @@ def _at_load(
     # The delay holds a batch only when the device would otherwise take it at once (idle, or a batch
     # shorter than the delay in flight).
     held = (1.0 - util) * delay_ms + util * max(0.0, delay_ms - t(b))
-    # Batches fill (and a queue forms behind them) with this probability; then an M/D/1-like tail of
-    # full batches at utilisation rho.
+    # Batches fill (and a queue forms behind them) with this probability.
     p_full = 1.0 - NormalDist().cdf((big - 0.5 - b) / sd)
+    if big > 1 and big <= FULL_CHAIN_MAX:
+        # The chain's excursions on a superlinear stretch reach B more often than a normal spread says: one
+        # full batch per expected hitting time from where the batches settle, at least.
+        h = _hitting_batches(t, lam, delay_ms, b, big)
+        if math.isfinite(h):
+            p_full = max(p_full, 1.0 / max(h, 1.0))
 
     def at(percentile: float) -> float:
         q = max(1e-6, 1.0 - percentile / 100.0)
@@ -215,16 +234,37 @@ def _at_load(
         t_hi = t(b_hi)
         # The batch in flight: found busy with probability util; its residual at the tail.
         in_flight = t_hi * max(0.0, 1.0 - q / util) if util > q else 0.0
-        # Full batches serve B requests at once: the queue ahead drains B at a time (fitted against the
-        # simulator: the wait scales as t(B)/sqrt(B) between the M/D/1 of B=1 and a bulk queue).
-        queue = p_full * (t_full / math.sqrt(big)) * math.log(max(1.0, rho / q)) / (2.0 * (1.0 - rho))
+        # A queue of full batches: B requests leave per t(B) while Poisson(lambda t(B)) arrive (a random walk);
+        # its length at the tail, by Kingman's bound, where full batches are at least as common as the tail.
+        reach = min(1.0, p_full / q)
+        ahead = _queue_tail(lam * t_full, big, q / reach) * t_full / big if reach > q else 0.0
         # Other instances' batches ahead on the shared device (a queue delay does not reliably absorb this
         # wait: the waiting instance still takes what has queued once the delay is over, often before the
-        # device frees).
-        contention = (instances - 1) * t_hi * util
-        return max(in_flight, queue) + contention + held + t_hi
+        # device frees). Those batches are typical ones, formed apart from this request's own: their size is
+        # the mean, not the tail.
+        contention = (instances - 1) * t(b) * util
+        return max(in_flight, ahead) + contention + held + t_hi
 
     return at, b, util, True
+
+
+def _queue_tail(arrivals_per_batch: float, big: int, q: float) -> float:
+    """Requests queued at the 1-q tail when full batches of `big` leave while Poisson(`arrivals_per_batch`)
+    arrive: P(queue > n) <= exp(-theta n), theta the positive root of a (e^theta - 1) = B theta (Kingman's
+    exponential bound for the walk's Cramer root). Full batches that do not keep up (a superlinear curve whose
+    batches settle well below B) make no such queue: were they reached, batches would run away, and `settle`
+    found that out of reach within the hour."""
+    a = arrivals_per_batch
+    if a >= big or q >= 1.0 or a * math.expm1(THETA_MAX) <= big * THETA_MAX:
+        return 0.0  # a root past THETA_MAX: under a request's worth queued at any tail asked
+    # Newton from the heavy-traffic root 2 (B - a) / a, which lies above the true one (the function is convex).
+    theta = min(THETA_MAX, 2.0 * (big - a) / a)
+    for _ in range(60):
+        step = (a * math.expm1(theta) - big * theta) / (a * math.exp(theta) - big)
+        theta -= step
+        if abs(step) <= 1e-9 * theta:
+            break
+    return math.log(1.0 / q) / theta
 
 
 def max_rate(
