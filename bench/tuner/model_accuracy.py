@@ -25,30 +25,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tailtune.api.v1alpha1 import Batching  # noqa: E402
-from tailtune.sim.batcher import Replica  # noqa: E402
-from tailtune.tuner.model import capacity, predict, share_within  # noqa: E402
-from tests.unit.tuner.families import KINDS, Fn, make_curve  # noqa: E402
-
-SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-
-
-def simulate(t: Fn, max_batch: int, instances: int, rate: float, n: int, seed: int) -> tuple[np.ndarray, int]:
-    """Sorted latencies (ms) of one replica with delay 0, and the requests offered (first 10 % left out)."""
-    rng = np.random.default_rng(seed)
-    arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
-    replica = Replica(
-        [0.0] + [t(b) for b in range(1, max_batch + 1)], Batching(max_batch_size=max_batch), instances=instances
-    )
-    replica.add_arrivals(arrivals)
-    end = float(arrivals[-1])
-    replica.run_until(end + 60.0)
-    return np.sort(replica.window(0.1 * end, end + 60.0).latency_s * 1000), int(np.sum(arrivals >= 0.1 * end))
-
-
-def p99(latency: np.ndarray, offered: int) -> float:
-    """P99 in ms, infinite when a tenth of the requests never completed (the queue grew)."""
-    return float(latency[int(0.99 * len(latency))]) if len(latency) >= 0.9 * offered else math.inf
+from tailtune.tuner.model import capacity, predict  # noqa: E402
+from tests.unit.tuner.families import KINDS, make_curve, ranking_ratios, simulate  # noqa: E402
 
 
 def accuracy(seed: int, cases: int) -> list[tuple[int, int, float, float, float, str]]:
@@ -61,35 +39,11 @@ def accuracy(seed: int, cases: int) -> list[tuple[int, int, float, float, float,
         max_batch = int(rng.choice([1, 2, 3, 4, 6, 8, 16, 32, 64]))
         instances = int(rng.choice([1, 2]))
         rate = float(rng.uniform(0.2, 0.97)) * capacity(t, max_batch, 0)
-        simulated = p99(*simulate(t, max_batch, instances, rate, 12_000, case))
+        simulated = simulate(t, max_batch, instances, rate, 12_000, case).p99_ms
         predicted = predict(t, max_batch, 0, instances, rate).p_ms
         if math.isfinite(simulated) and math.isfinite(predicted):
             rows.append((instances, max_batch, rate * t(1) / 1000, predicted, simulated, kind))
     return rows
-
-
-def ranking(seed: int, cases: int) -> list[tuple[int, float]]:
-    """(instances, share within the SLO of the model's first / the simulator's best) per case."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for case in range(cases):
-        t = make_curve(rng, KINDS[case % len(KINDS)])
-        top = int(rng.choice([8, 16, 64]))
-        batches = [b for b in SIZES if b <= top]
-        rate = float(rng.uniform(0.2, 0.95)) * max(capacity(t, b, 0) for b in batches)
-        for instances in (1, 2):
-            sims = {b: simulate(t, b, instances, rate, 10_000, case) for b in batches}
-            slo = float(rng.uniform(0.95, 1.3)) * min(p99(*s) for s in sims.values())
-            predicted = {b: predict(t, b, 0, instances, rate).p_ms for b in batches}
-            within = [b for b in batches if predicted[b] <= slo]
-            first = (
-                min(within, key=lambda b: predicted[b])
-                if within
-                else max(batches, key=lambda b: share_within(t, b, 0, instances, rate, slo))
-            )
-            shares = {b: float(np.searchsorted(lat, slo)) / offered for b, (lat, offered) in sims.items()}
-            out.append((instances, shares[first] / max(shares.values())))
-    return out
 
 
 def regime_table(rows: list[tuple[int, int, float, float, float, str]]) -> list[str]:
@@ -146,7 +100,7 @@ def main() -> int:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     rows = accuracy(args.seed, args.cases)
-    ranks = ranking(args.seed, args.ranking_cases)
+    ranks = ranking_ratios(args.seed, args.ranking_cases)
     e = np.array([math.log(p / s) for _, _, _, p, s, _ in rows])
     lines = [
         "# Queueing model vs simulator",

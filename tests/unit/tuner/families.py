@@ -8,9 +8,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
+import numpy.typing as npt
 
 from tailtune.api.v1alpha1 import Batching
-from tailtune.tuner.model import predict
+from tailtune.sim.batcher import Replica
+from tailtune.tuner.model import capacity as model_capacity
+from tailtune.tuner.model import predict, share_within
 from tailtune.tuner.servicetime import CurvePoint, ladder
 from tailtune.tuner.types import InForce, Observation, Policy, TunerState
 
@@ -40,6 +43,66 @@ def superlinear(rng: np.random.Generator) -> Fn:
     """t(b) = a + c b^p with p in 1.2..1.6: the cost per request is lowest well below a large engine max."""
     a, c, p = float(rng.uniform(1, 6)), float(rng.uniform(0.1, 0.8)), float(rng.uniform(1.2, 1.6))
     return lambda b: a + c * b**p
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """What one simulated replica answered: sorted latencies (ms) and the requests offered."""
+
+    latency_ms: npt.NDArray[np.float64]
+    offered: int
+
+    def share(self, slo_ms: float) -> float:
+        """Share of the offered requests answered within `slo_ms`."""
+        return float(np.searchsorted(self.latency_ms, slo_ms)) / self.offered
+
+    @property
+    def p99_ms(self) -> float:
+        """P99 in ms; infinite when a tenth of the requests never completed (the queue grew)."""
+        lat = self.latency_ms
+        return float(lat[int(0.99 * len(lat))]) if len(lat) >= 0.9 * self.offered else math.inf
+
+
+def simulate(t: Fn, max_batch: int, instances: int, rate: float, n: int, seed: int) -> Simulated:
+    """One replica with delay 0 fed with n Poisson arrivals at `rate` req/s, the first 10 % left out."""
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
+    replica = Replica(
+        [0.0] + [t(b) for b in range(1, max_batch + 1)], Batching(max_batch_size=max_batch), instances=instances
+    )
+    replica.add_arrivals(arrivals)
+    end = float(arrivals[-1])
+    replica.run_until(end + 60.0)
+    latency = np.sort(replica.window(0.1 * end, end + 60.0).latency_s * 1000)
+    return Simulated(latency, int(np.sum(arrivals >= 0.1 * end)))
+
+
+RANKED_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+
+
+def ranking_ratios(seed: int, cases: int) -> list[tuple[int, float]]:
+    """Per generated case and instance count (1, 2): the share of requests answered within a tight SLO (0.95-1.3x
+    the best simulated P99) by the max batch the model ranks first (the lowest predicted P99 among those predicted
+    within the SLO, else the largest predicted share within it), over the simulator's best max batch."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for case in range(cases):
+        t = make_curve(rng, KINDS[case % len(KINDS)])
+        top = int(rng.choice([8, 16, 64]))
+        batches = [b for b in RANKED_SIZES if b <= top]
+        rate = float(rng.uniform(0.2, 0.95)) * max(model_capacity(t, b) for b in batches)
+        for instances in (1, 2):
+            sims = {b: simulate(t, b, instances, rate, 10_000, case) for b in batches}
+            slo = float(rng.uniform(0.95, 1.3)) * min(s.p99_ms for s in sims.values())
+            predicted = {b: predict(t, b, 0, instances, rate).p_ms for b in batches}
+            within = [b for b in batches if predicted[b] <= slo]
+            first = (
+                min(within, key=lambda b: predicted[b])
+                if within
+                else max(batches, key=lambda b: share_within(t, b, 0, instances, rate, slo))
+            )
+            out.append((instances, sims[first].share(slo) / max(s.share(slo) for s in sims.values())))
+    return out
 
 
 def build_points(t: Fn, top: int) -> tuple[CurvePoint, ...]:

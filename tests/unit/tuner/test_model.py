@@ -10,9 +10,9 @@ import numpy as np
 from tailtune.api.v1alpha1 import Batching
 from tailtune.sim.batcher import Replica
 from tailtune.tuner.model import capacity as model_capacity
-from tailtune.tuner.model import max_rate, predict, share_within
+from tailtune.tuner.model import max_rate, predict
 from tailtune.tuner.servicetime import Curve, CurvePoint, ladder
-from tests.unit.tuner.families import KINDS, Fn, make_curve
+from tests.unit.tuner.families import KINDS, Fn, make_curve, ranking_ratios, simulate
 
 
 def simulated_p99_ms(t: Fn, max_batch: int, rate: float, n: int, seed: int) -> float:
@@ -114,26 +114,6 @@ def test_predicted_latency_grows_with_load() -> None:
         assert all(p2 >= 0.99 * p1 for p1, p2 in itertools.pairwise(ps)), case
 
 
-def _simulated(t: Fn, max_batch: int, instances: int, rate: float, n: int, seed: int) -> tuple[Fn, float]:
-    """(share answered within a latency, P99 in ms) of one replica with delay 0, the first 10 % left out."""
-    rng = np.random.default_rng(seed)
-    arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
-    replica = Replica(
-        [0.0] + [t(b) for b in range(1, max_batch + 1)], Batching(max_batch_size=max_batch), instances=instances
-    )
-    replica.add_arrivals(arrivals)
-    end = float(arrivals[-1])
-    replica.run_until(end + 60.0)
-    latency = np.sort(replica.window(0.1 * end, end + 60.0).latency_s * 1000)
-    offered = int(np.sum(arrivals >= 0.1 * end))
-
-    def share(slo_ms: float) -> float:
-        return float(np.searchsorted(latency, slo_ms)) / offered
-
-    p99 = float(latency[int(0.99 * len(latency))]) if len(latency) >= 0.9 * offered else math.inf
-    return share, p99
-
-
 def test_a_small_max_batch_near_batch_ones_capacity_queues_like_the_simulator() -> None:
     """Max batch 2-4 where batches of one no longer keep up (lambda t(1) 0.7-1.3): full batches queue behind
     each other, a random walk whose tail the model takes from its Cramer root. (Before, a fitted heavy-traffic
@@ -147,7 +127,7 @@ def test_a_small_max_batch_near_batch_ones_capacity_queues_like_the_simulator() 
         rate = float(rng.uniform(0.7, 1.3)) * 1000.0 / t(1)
         if rate >= 0.97 * model_capacity(t, max_batch):
             continue
-        p99 = _simulated(t, max_batch, instances, rate, 12_000, case)[1]
+        p99 = simulate(t, max_batch, instances, rate, 12_000, case).p99_ms
         errors[instances].append(math.log(predict(t, max_batch, 0, instances, rate).p_ms / p99))
     for instances, logs in errors.items():
         e = np.array(logs)
@@ -161,26 +141,6 @@ def test_the_model_ranks_max_batches_as_the_simulator_does_at_tight_slos() -> No
     ranks first (the lowest predicted P99 among those predicted within the SLO, else the largest predicted
     share within it) answers within the SLO nearly as many requests as the simulator's best (old model on this
     family: mean 0.985-0.990, 10th percentile 0.95-0.97 over seeds; worst single cases 0.82-0.9 for both)."""
-    rng = np.random.default_rng(2)
-    sizes = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
-    ratios = []
-    for case in range(40):
-        t = make_curve(rng, KINDS[case % len(KINDS)])
-        top = int(rng.choice([8, 16, 64]))
-        batches = [b for b in sizes if b <= top]
-        rate = float(rng.uniform(0.2, 0.95)) * max(model_capacity(t, b) for b in batches)
-        for instances in (1, 2):
-            sims = {b: _simulated(t, b, instances, rate, 10_000, case) for b in batches}
-            slo = float(rng.uniform(0.95, 1.3)) * min(p99 for _, p99 in sims.values())
-            predicted = {b: predict(t, b, 0, instances, rate).p_ms for b in batches}
-            within = [b for b in batches if predicted[b] <= slo]
-            first = (
-                min(within, key=lambda b: predicted[b])
-                if within
-                else max(batches, key=lambda b: share_within(t, b, 0, instances, rate, slo))
-            )
-            best = max(share(slo) for share, _ in sims.values())
-            ratios.append(sims[first][0](slo) / best)
-    r = np.array(ratios)
+    r = np.array([ratio for _, ratio in ranking_ratios(2, 40)])
     summary = (r.mean().round(4), np.percentile(r, 10).round(3), np.sort(r)[:5].round(3))
     assert r.mean() >= 0.99 and np.percentile(r, 10) >= 0.975 and r.min() >= 0.8, summary
