@@ -568,13 +568,12 @@ def best_plan(
         # As where the SLO holds: a burst past the plan (like the highest demand seen lately) must not find a
         # fragile config, where a sturdy one carries about as much within the SLO.
         most_rps = max((c.capacity_rps for c in cands if not c.extrapolated), default=0.0)
-        sturdy = [
-            c
-            for c in keeping
-            if c.capacity_rps * FRAGILE_FACTOR >= most_rps and c.capacity_rps * policy.replicas_max >= peak_rps
-        ]
+
+        def sturdy(c: Candidate) -> bool:
+            return c.capacity_rps * FRAGILE_FACTOR >= most_rps
+
         near = [c for c in keeping if c.carries() * policy.replicas_max * SWITCH_GAIN >= demand]
-        near = [c for c in near if c in sturdy] or near
+        near = [c for c in near if sturdy(c) and c.capacity_rps * policy.replicas_max >= peak_rps] or near
         if not backlog and near:
             # Short of the margin but keeping up with it, at (nearly) the SLO: the most load within the SLO.
             pick = max(near, key=lambda c: (c.carries(), c.capacity_rps, -c.max_batch))
@@ -585,7 +584,7 @@ def best_plan(
             # find a config that keeps up) at full use, the most load within the SLO at the demand itself ...
             steady = [c for c in cands if c.capacity_rps * policy.replicas_max >= max(load_rps, peak_rps)]
             holding = [c for c in steady if c.carries() * policy.replicas_max >= demand]
-            holding = [c for c in holding if c.capacity_rps * FRAGILE_FACTOR >= most_rps] or holding
+            holding = [c for c in holding if sturdy(c)] or holding
             if holding:
                 pick = max(holding, key=lambda c: (c.carries(), c.capacity_rps, -c.max_batch))
                 return Plan(pick, policy.replicas_max, False, load_rps, within_slo_only=True)

@@ -63,8 +63,9 @@ class Simulated:
         return float(lat[int(0.99 * len(lat))]) if len(lat) >= 0.9 * self.offered else math.inf
 
 
-def simulate(t: Fn, max_batch: int, instances: int, rate: float, n: int, seed: int) -> Simulated:
-    """One replica with delay 0 fed with n Poisson arrivals at `rate` req/s, the first 10 % left out."""
+def simulate(t: Fn, max_batch: int, instances: int, rate: float, n: int, seed: int, drain_s: float = 60.0) -> Simulated:
+    """One replica with delay 0 fed with n Poisson arrivals at `rate` req/s, the first 10 % left out; requests
+    still queued `drain_s` after the last arrival count as unanswered."""
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
     replica = Replica(
@@ -72,8 +73,8 @@ def simulate(t: Fn, max_batch: int, instances: int, rate: float, n: int, seed: i
     )
     replica.add_arrivals(arrivals)
     end = float(arrivals[-1])
-    replica.run_until(end + 60.0)
-    latency = np.sort(replica.window(0.1 * end, end + 60.0).latency_s * 1000)
+    replica.run_until(end + drain_s)
+    latency = np.sort(replica.window(0.1 * end, end + drain_s).latency_s * 1000)
     return Simulated(latency, int(np.sum(arrivals >= 0.1 * end)))
 
 

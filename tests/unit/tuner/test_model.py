@@ -7,8 +7,6 @@ import math
 
 import numpy as np
 
-from tailtune.api.v1alpha1 import Batching
-from tailtune.sim.batcher import Replica
 from tailtune.tuner.model import capacity as model_capacity
 from tailtune.tuner.model import max_rate, predict
 from tailtune.tuner.servicetime import Curve, CurvePoint, ladder
@@ -17,15 +15,9 @@ from tests.unit.tuner.families import KINDS, Fn, make_curve, ranking_ratios, sim
 
 def simulated_p99_ms(t: Fn, max_batch: int, rate: float, n: int, seed: int) -> float:
     """P99 of one replica with delay 0 fed with n Poisson arrivals (the first 10 % left out as warmup)."""
-    rng = np.random.default_rng(seed)
-    arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
-    replica = Replica([0.0] + [t(b) for b in range(1, max_batch + 1)], Batching(max_batch_size=max_batch))
-    replica.add_arrivals(arrivals)
-    end = float(arrivals[-1])
-    replica.run_until(end + 1000.0)
-    done = replica.window(0.1 * end, end + 1000.0)
-    assert len(done.latency_s) >= 0.85 * n
-    return float(np.percentile(done.latency_s, 99)) * 1000
+    done = simulate(t, max_batch, 1, rate, n, seed, drain_s=1000.0)
+    assert len(done.latency_ms) >= 0.85 * n
+    return float(np.percentile(done.latency_ms, 99))
 
 
 def test_predicted_p99_tracks_the_simulator() -> None:
