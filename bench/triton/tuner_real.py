@@ -10,9 +10,12 @@ label `namespace` the tuner's queries select on. Then:
    `curve.csv` (`batch,ms`) in `--out` (the simulator benchmark's measured family,
    `bench/tuner/curves/tritonserver-emulated.csv`, changes only when asked with `--curve-out`: its scenarios and
    their stored baselines are drawn from it);
-2. ground truth: a perf_analyzer sweep of static configs (max batch 1..64, delay 0), each reloaded with
-   `tailtune.triton.control.apply_config`, at a fixed Poisson rate over gRPC; client P99 and throughput
-   from perf_analyzer's per-request export;
+2. the load, unless `--rate` gives it: Triton's default (64) on a ladder of loads (fractions of the measured
+   curve's best capacity, lowest first) until it breaks the SLO, the load where the sweep's best config should
+   hold it and the default does not (the default's collapse on a superlinear curve is metastable: a fixed
+   load falls either side of it from one run to the next); then ground truth: a perf_analyzer sweep of static
+   configs (max batch 1..64, delay 0), each reloaded with `tailtune.triton.control.apply_config`, at that
+   Poisson rate over gRPC; client P99 and throughput from perf_analyzer's per-request export;
 3. the tuner (`tailtune.tuner.loop.tune_once`: `PrometheusReader` on the real Prometheus, `batch_stats`
    from the server's gRPC statistics, an applier that hot-reloads the batching, a recorder) from Triton's
    default (max batch 64) and from max batch 1, each under the same load; per window: client P99,
@@ -21,7 +24,7 @@ label `namespace` the tuner's queries select on. Then:
 Writes `<out>/report.md`, `<out>/tuner_real.png`, `<out>/raw.json` and prints the tables. Exits non-zero
 with a message when a component (tritonserver, Prometheus, perf_analyzer) fails to start.
 
-Usage: python bench/triton/tuner_real.py [--rate 400] [--slo-ms 30] [--exponent 1.6] [--sweep-s 25]
+Usage: python bench/triton/tuner_real.py [--rate R] [--slo-ms 30] [--exponent 1.6] [--sweep-s 25]
                                          [--run-s 240] [--interval-s 15] [--out bench/out/triton-tuner]
 """
 
@@ -220,7 +223,33 @@ def measure_curve(bench: Bench, per_size: int) -> list[tuple[int, float, int]]:
     return out
 
 
-# ------------------------------------------------------------------------------------------ 2. sweep
+# ------------------------------------------------------------------------------------------ 2. load, sweep
+
+# The load is chosen from the measured curve: fractions of the best capacity (max over b of b / t(b)), lowest
+# first, until Triton's default breaks the SLO there (item 7 asks for a load where it does not hold).
+PROBE_FRACTIONS = (0.66, 0.72, 0.78, 0.84, 0.90)
+
+
+def probe_rate(
+    bench: Bench, curve: list[tuple[int, float, int]], slo_ms: float, seconds: float, settle_s: float
+) -> tuple[float, list[dict[str, Any]]]:
+    """The lowest load of the ladder at which Triton's default (max batch 64) breaks the SLO, and the probes."""
+    peak = max(1000.0 * b / ms for b, ms, _ in curve)
+    probes: list[dict[str, Any]] = []
+    for frac in PROBE_FRACTIONS:
+        rate = float(round(peak * frac / 10) * 10)
+        bench.apply(Batching(max_batch_size=64))
+        load = PerfLoad(bench, rate, bench.work / f"probe-{rate:g}.json", seconds)
+        time.sleep(seconds)
+        run = load.stop()
+        first = run.records[0].sent_ns if run.records else run.start_ns
+        row = {"rate": rate, "fraction": frac, **window_stats(run.records, first + int(settle_s * 1e9), run.end_ns)}
+        probes.append(row)
+        print(f"  {rate:g} req/s ({frac:.2f} of {peak:.0f}): Triton's default P99 {row['p99_ms']:.1f} ms", flush=True)
+        drain(bench)
+        if not row["p99_ms"] <= slo_ms:  # NaN (nothing answered) breaks it too
+            return rate, probes
+    return probes[-1]["rate"], probes
 
 
 def sweep(bench: Bench, rate: float, seconds: float, settle_s: float) -> list[dict[str, Any]]:
@@ -419,7 +448,8 @@ def fmt(x: float | None, nd: int = 1) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
 
 
-def report(args: argparse.Namespace, curve: list[tuple[int, float, int]], rows: list[dict[str, Any]],
+def report(args: argparse.Namespace, curve: list[tuple[int, float, int]], probes: list[dict[str, Any]],
+           rows: list[dict[str, Any]],
            best: dict[str, Any] | None, runs: list[dict[str, Any]], load_avg: tuple[float, ...]) -> str:  # fmt: skip
     default = next(r for r in rows if r["max_batch"] == 64)
     lines = [
@@ -442,6 +472,17 @@ def report(args: argparse.Namespace, curve: list[tuple[int, float, int]], rows: 
     for b, ms, n in curve:
         nominal = args.base_ms + args.per_item_ms * b**args.exponent
         lines.append(f"| {b} | {ms:.2f} | {n} | {nominal:.2f} | {1000 * b / ms:.0f} |")
+    if probes:
+        lines += [
+            "",
+            "## The load: Triton's default on a ladder (lowest load where it breaks the SLO is used)",
+            "",
+            "| load (req/s) | fraction of the curve's best capacity | default's client P99 (ms) | throughput (req/s) |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {p['rate']:g} | {p['fraction']:.2f} | {fmt(p['p99_ms'])} | {fmt(p['throughput_rps'])} |" for p in probes
+        ]
     lines += [
         "",
         f"## Ground truth: static configs at {args.rate:g} req/s "
@@ -512,12 +553,14 @@ def plot(args: argparse.Namespace, runs: list[dict[str, Any]], best: dict[str, A
     fig, axes = plt.subplots(3, 1, figsize=(11, 9), sharex=True)
     colors = {"from-default": "tab:red", "from-1": "tab:blue"}
     for run in runs:
-        t = [w["t1_s"] for w in run["windows"]]
+        if not run["windows"]:
+            continue
+        edges = [w["t0_s"] for w in run["windows"]] + [run["windows"][-1]["t1_s"]]  # each window over its span
         c = colors.get(run["label"])
         name = f"tuner from max batch {run['start_max_batch']}"
-        axes[0].step(t, [w["p99_ms"] for w in run["windows"]], where="post", color=c, label=name)
-        axes[1].step(t, [w["throughput_rps"] for w in run["windows"]], where="post", color=c, label=name)
-        axes[2].step(t, [w["max_batch"] for w in run["windows"]], where="post", color=c, label=name)
+        axes[0].stairs([w["p99_ms"] for w in run["windows"]], edges, color=c, label=name, baseline=None)
+        axes[1].stairs([w["throughput_rps"] for w in run["windows"]], edges, color=c, label=name, baseline=None)
+        axes[2].stairs([w["max_batch"] for w in run["windows"]], edges, color=c, label=name, baseline=None)
     axes[0].axhline(args.slo_ms, color="k", lw=1, label=f"SLO {args.slo_ms:g} ms")
     if best is not None:
         axes[0].axhline(
@@ -532,7 +575,7 @@ def plot(args: argparse.Namespace, runs: list[dict[str, Any]], best: dict[str, A
     axes[1].set_ylabel("throughput (req/s)")
     axes[2].set_ylabel("max batch in force")
     axes[2].set_yscale("log", base=2)
-    axes[2].set_xlabel("time since the load started (s); window end")
+    axes[2].set_xlabel("time since the load started (s); each tuner window over its span")
     for ax in axes:
         ax.legend(fontsize=7, loc="best")
     axes[0].set_title(f"tuner on a real tritonserver, Poisson {args.rate:g} req/s over gRPC, emulated accelerator")
@@ -588,7 +631,12 @@ def start(args: argparse.Namespace, work: Path) -> tuple[Bench, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--rate", type=float, default=400.0, help="Poisson req/s of every run")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="Poisson req/s of every run (default: the lowest load of a ladder where Triton's default breaks the SLO)",
+    )
     parser.add_argument("--slo-ms", type=float, default=30.0)
     parser.add_argument("--percentile", type=float, default=99.0)
     parser.add_argument("--base-ms", type=float, default=2.0)
@@ -631,6 +679,10 @@ def main() -> int:
         curve = measure_curve(bench, args.curve_execs)
         args.curve_out.parent.mkdir(parents=True, exist_ok=True)
         args.curve_out.write_text("batch,ms\n" + "".join(f"{b},{ms:.3f}\n" for b, ms, _ in curve))
+        probes: list[dict[str, Any]] = []
+        if args.rate is None:
+            print("2a. the load: Triton's default on a ladder of loads (fractions of the curve's best capacity):")
+            args.rate, probes = probe_rate(bench, curve, args.slo_ms, args.sweep_s, args.settle_s)
         print(f"2. sweep of static configs at {args.rate:g} req/s:", flush=True)
         rows = sweep(bench, args.rate, args.sweep_s, args.settle_s)
         holding = [r for r in rows if r["p99_ms"] <= args.slo_ms]
@@ -668,12 +720,13 @@ def main() -> int:
     prom.stop()
     bench.server.stop()
     default = next(r for r in rows if r["max_batch"] == 64)
-    text = report(args, curve, rows, best, runs, load_avg)
+    text = report(args, curve, probes, rows, best, runs, load_avg)
     (args.out / "report.md").write_text(text)
     plot(args, runs, best, default, args.out / "tuner_real.png")
     raw = {
         "args": {k: str(v) for k, v in vars(args).items()},
         "curve": curve,
+        "probes": probes,
         "sweep": rows,
         "best": best,
         "runs": runs,

@@ -28,8 +28,9 @@ and the replicas it would take).
 
 The gates stay: missing data, windows already judged, windows overlapping the last change, replicas not
 ready, noise (K bad windows; one when it shows overload), hysteresis (a band between the aim and the
-comfort line; no reload for a few percent while the config in force holds), a draining backlog (waited for)
-and the cooldown between reloads. A stale window still lets the measured curve replace a fragile config.
+comfort line; no reload for a few percent while the config in force holds; a scale-in only to a count the
+model puts below the comfort line; the batching judged at the replicas kept, not a plan's fewer, while bad
+windows are relieved), a draining backlog (waited for) and the cooldown between reloads. A stale window still lets the measured curve replace a fragile config.
 """
 
 from __future__ import annotations
@@ -297,9 +298,15 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     target, replicas = _choose(plan, current, in_force, r, relieve, policy, avoid, in_share)
     if replicas < in_force.replicas:
         # Scale in only as far as the highest demand of the stabilization window allows, only once the
-        # window is full of history, and never while requests queue up.
+        # window is full of history, and never while requests queue up. And only to a count the model puts
+        # below the comfort line (the hysteresis band's lower edge), with the model erring as it does on the
+        # config in force if that is worse: a scale-in that lands between the comfort line and the aim is
+        # bounced back out by the first noisy window or by a model a few percent optimistic.
         peak = max(d for _, d in recent) * policy.demand_margin
-        replicas = max(replicas, min(in_force.replicas, math.ceil(peak / max(target.carries(), 1e-9))))
+        snug = policy.model_copy(update={"headroom": policy.comfort_ms / policy.slo_ms})
+        calm = candidate(curve, target.max_batch, target.delay_us, snug, max(mild, st.calibration))
+        carried = min(target.carries(), calm.carries())
+        replicas = max(replicas, min(in_force.replicas, math.ceil(peak / max(carried, 1e-9))))
         # Nor to a count that broke the aim lately at this demand or less (the model was wrong there once).
         floor = max((x.replicas + 1 for x in st.too_few if _applies(x.at, x.demand_rps, r.demand_rps, now)), default=0)
         replicas = max(replicas, min(in_force.replicas, floor))
@@ -658,7 +665,10 @@ def _choose(
         ):
             target = current
     else:
-        per = plan.load_rps / max(1, replicas)
+        # The load per replica at the count that will be in force: no scale-in while relieving bad windows, under
+        # a backlog, or on a plan that keeps only the SLO (see `decide`), so not the plan's count then.
+        kept = max(replicas, in_force.replicas) if (relieve or r.saturated or plan.within_slo_only) else replicas
+        per = plan.load_rps / max(1, kept)
         holding = not (r.over or r.saturated)
         carries_it = (
             current.carries() >= per

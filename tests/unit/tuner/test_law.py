@@ -6,6 +6,7 @@ asserts on every one, with the case number in the message so a failure can be re
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -606,3 +607,93 @@ def test_e_a_stale_window_still_leaves_a_fragile_config() -> None:
             held += 1
             assert d.reason_code == law.STALE_WINDOW, (i, d.reason_code)
     assert moved > 0 and held > 0, (moved, held)
+
+
+def _quiet_case(rng: np.random.Generator) -> Case | None:
+    """A case whose config in force has more replicas than the load needs and a full stabilization window of
+    lower demand behind it: where a scale-in is due (None when the draw cannot make one)."""
+    case = make_case(rng)
+    if case.in_force.replicas < 2:
+        return None
+    policy = case.policy.model_copy(update={"replicas_min": 1})
+    demand = case.demand * float(rng.uniform(0.1, 0.6))
+    obs, overloaded = window(case.t, policy, case.in_force, demand, rng)
+    if overloaded:
+        return None
+    steps = int(policy.scale_in_window_seconds // policy.interval_seconds) + 2
+    past = tuple(
+        (NOW - timedelta(seconds=policy.interval_seconds * k), demand * float(rng.uniform(0.6, 1.0)))
+        for k in range(steps, 0, -1)
+    )
+    state = case.state.model_copy(
+        update={"recent_demand": past, "bad_windows": 0, "good_windows": policy.good_windows, "too_few": ()}
+    )
+    return Case(case.t, policy, state, case.in_force, obs, demand, False)
+
+
+def test_j_a_scale_in_lands_below_the_comfort_line() -> None:
+    """Hysteresis: a scale-in goes only to a count at which the model, erring as it does on the config in force
+    (if that is worse than the share other configs get), puts the highest demand of the stabilization window
+    with its margin below the comfort line (the band's lower edge), so the next window does not bounce it back out
+    (a scale-in that lands between the comfort line and the aim was undone by the first noisy window)."""
+    from tailtune.tuner.model import predict
+
+    rng = np.random.default_rng(1207)
+    scaled_in = 0
+    for i in range(CASES * 2):
+        case = _quiet_case(rng)
+        if case is None:
+            continue
+        d = decide(case.state, case.in_force, case.obs, case.policy, NOW)
+        if not (d.changed and d.replicas < case.in_force.replicas):
+            continue
+        scaled_in += 1
+        policy, b = case.policy, d.batching
+        cal = max(
+            min(law.CANDIDATE_CALIBRATION[1], max(law.CANDIDATE_CALIBRATION[0], d.state.calibration)),
+            d.state.calibration,
+        )
+        peak = max(x for _, x in d.state.recent_demand) * policy.demand_margin
+        curve = _curve(policy, d)
+        p = predict(
+            curve.ms,
+            b.max_batch_size,
+            b.max_queue_delay_microseconds,
+            policy.instances,
+            peak / d.replicas,
+            policy.percentile,
+        )
+        assert p.p_ms * cal <= policy.comfort_ms * 1.02, (i, p.p_ms, cal, policy.comfort_ms, d.reason)
+    assert scaled_in > 20, scaled_in
+
+
+def test_j_relieving_bad_windows_judges_the_batching_at_the_replicas_kept() -> None:
+    """While bad windows are relieved the replicas are never cut, so the batching in force is judged by the load
+    per replica at the count kept, not at a smaller count a plan at the SLO would take: a config that carries that
+    load by the model stays unless another is a good deal better (two reloads for noise at the aim were churn)."""
+    rng = np.random.default_rng(1211)
+    policy = Policy(slo_ms=20.0, replicas_min=1, replicas_max=8)
+    for i in range(CASES):
+        kept = int(rng.integers(2, 9))
+        load = float(rng.uniform(100, 5000))
+        per = load / kept
+        current = Candidate(
+            max_batch=int(rng.choice([4, 8, 16])),
+            delay_us=0,
+            capacity_rps=per * 2,
+            robust_rps=per * float(rng.uniform(1.0, 1.5)),
+            extrapolated=False,
+            burst_rps=per * 2,
+        )
+        # The plan's batching carries a bit more (never a good deal more), at fewer replicas than are kept.
+        target = dataclasses.replace(
+            current, max_batch=current.max_batch * 2, robust_rps=current.robust_rps * float(rng.uniform(1.0, 1.1))
+        )
+        plan = law.Plan(target, int(rng.integers(1, kept)), True, load, within_slo_only=bool(rng.uniform() < 0.7))
+        in_force = InForce(batching=Batching(max_batch_size=current.max_batch), replicas=kept)
+        reading = law._Reading(
+            p_ms=17.0, rate=load, demand_rps=load, saturated=False, over=True, comfortable=False, overloaded=False,
+            draining=False, backlog=0.0,
+        )  # fmt: skip
+        chosen, _ = law._choose(plan, current, in_force, reading, True, policy)
+        assert chosen == current, (i, plan.replicas, kept, current.robust_rps, per)
