@@ -29,8 +29,9 @@ and the replicas it would take).
 The gates stay: missing data, windows already judged, windows overlapping the last change, replicas not
 ready, noise (K bad windows; one when it shows overload), hysteresis (a band between the aim and the
 comfort line; no reload for a few percent while the config in force holds; a scale-in only to a count the
-model puts below the comfort line; the batching judged at the replicas kept, not a plan's fewer, while bad
-windows are relieved), a draining backlog (waited for) and the cooldown between reloads. A stale window still lets the measured curve replace a fragile config.
+model puts below the comfort line, never while the demand rises; the batching judged at the replicas kept, not
+a plan's fewer, while bad windows are relieved), a draining backlog (waited for) and the cooldown between
+reloads. A stale window still lets the measured curve replace a fragile config.
 """
 
 from __future__ import annotations
@@ -295,7 +296,17 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         current = _as_delivered(candidate(curve, mb, delay, at_slo, mild), r, in_force)
     # (A share plan is made only without a backlog: `current` is the config in force as the model has it.)
     in_share = 0.0 if plan.share is None else share(curve, current, r.demand_rps, policy, mild, plan.replicas)
-    target, replicas = _choose(plan, current, in_force, r, relieve, policy, avoid, in_share)
+    peak_need = max(d for _, d in recent) * policy.demand_margin
+    target, replicas = _choose(plan, current, in_force, r, relieve, policy, avoid, in_share, peak_need)
+    aimed, kept_note = plan.candidate, ""
+    n = max(replicas, in_force.replicas)
+    if (target.max_batch, target.delay_us) == (mb, delay) != (aimed.max_batch, aimed.delay_us) and (
+        n * aimed.capacity_rps < peak_need <= n * current.capacity_rps
+    ):
+        kept_note = (
+            f"; max batch {aimed.max_batch} would not keep up with the {peak_need / policy.demand_margin:.0f} req/s "
+            f"seen in the last {policy.scale_in_window_seconds:.0f} s: the batching stays"
+        )
     if replicas < in_force.replicas:
         # Scale in only as far as the highest demand of the stabilization window allows, only once the
         # window is full of history, and never while requests queue up. And only to a count the model puts
@@ -311,8 +322,11 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         floor = max((x.replicas + 1 for x in st.too_few if _applies(x.at, x.demand_rps, r.demand_rps, now)), default=0)
         replicas = max(replicas, min(in_force.replicas, floor))
         span = (obs.window_end - recent[0][0]).total_seconds() + policy.interval_seconds
-        # Never while the latency is bad, nor on a plan that keeps only the SLO (no headroom).
-        if r.saturated or relieve or plan.within_slo_only or span < policy.scale_in_window_seconds:
+        # Never while the latency is bad, nor on a plan that keeps only the SLO (no headroom), nor while the
+        # demand rises (a window above the last by more than noise may be the first of a crowd: giving back a
+        # replica is never urgent, and one given back at a crowd's start comes back through a cold start).
+        rising = len(recent) >= 2 and recent[-1][1] > (1 + GROWTH_SHARE) * recent[-2][1]
+        if r.saturated or relieve or plan.within_slo_only or rising or span < policy.scale_in_window_seconds:
             replicas = in_force.replicas
     # Said only on evidence: the aim broken, a queue growing at the limits, or a demand beyond what the bounds can
     # drain at all. A plan short of its margin while the SLO holds is no alarm, just no room to grow.
@@ -320,7 +334,7 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     infeasible = stuck or (
         not plan.feasible and (r.over or at_limits or r.demand_rps > policy.replicas_max * plan.candidate.capacity_rps)
     )
-    why = _explain(plan, load, curve, policy, alarm=infeasible)
+    why = _explain(plan, load, curve, policy, alarm=infeasible) + kept_note
     if stuck:
         why = (
             f"the SLO breaks at {r.demand_rps:.0f} req/s and no config within the bounds holds it with the model "
@@ -651,10 +665,12 @@ def _choose(
     policy: Policy,
     avoid: frozenset[tuple[int, int]] = frozenset(),
     current_share: float = 0.0,
+    peak_need_rps: float = 0.0,
 ) -> tuple[Candidate, int]:
     """The config to move to: the plan, unless the config in force already does the job, and never a cut
     in capacity under a backlog. Short of the SLO everywhere, the batching in force stays unless the plan's
-    answers a good deal more of the demand within the SLO (`current_share`: the share it answers)."""
+    answers a good deal more of the demand within the SLO (`current_share`: the share it answers). While the SLO
+    holds, no batching change takes the capacity below `peak_need_rps` where the config in force has it."""
     target, replicas = plan.candidate, plan.replicas
     keep = not _avoided(current.max_batch, current.delay_us, avoid) and current.max_batch >= policy.warmup_max
     if plan.share is not None:
@@ -689,6 +705,19 @@ def _choose(
         ):
             # The batching in force carries the planned load and nothing is much more robust: no reload.
             target = current
+    # The batching's analogue of the scale-in rule: while the SLO holds, a change never takes the capacity below
+    # what the highest demand of the stabilization window needs with its margin, where the config in force has
+    # it (a burst like the last ones must find a config that keeps up; a move for the aim alone is not worth one
+    # that runs away at the next burst).
+    n = max(replicas, in_force.replicas)
+    cut = n * target.capacity_rps < peak_need_rps <= n * current.capacity_rps
+    if (
+        keep
+        and cut
+        and r.p_ms <= policy.slo_ms
+        and (target.max_batch, target.delay_us) != (current.max_batch, current.delay_us)
+    ):
+        target = current
     if r.saturated or r.backlog > 0:
         old_cap = in_force.replicas * current.capacity_rps
         if replicas * target.capacity_rps < old_cap:

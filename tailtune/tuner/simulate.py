@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -46,13 +47,15 @@ def _parser() -> argparse.ArgumentParser:
 
 def _setup(args: argparse.Namespace) -> Setup:
     checks = [
-        (args.slo_ms > 0, "--slo-ms must be > 0"),
+        (0 < args.slo_ms < math.inf, "--slo-ms must be > 0 and finite"),
         (0 < args.percentile < 100, "--percentile must be in (0, 100)"),
         (args.instances >= 1, "--instances must be >= 1"),
         (args.replicas >= 1, "--replicas must be >= 1"),
-        (args.interval_s > 0, "--interval-s must be > 0"),
+        (0 < args.interval_s < math.inf, "--interval-s must be > 0 and finite"),
         (0 <= args.p99_noise < 1, "--p99-noise must be in [0, 1)"),
         (args.start_max_batch >= 1, "--start-max-batch must be >= 1"),
+        (args.seed >= 0, "--seed must be >= 0"),
+        (args.duration_s is None or 0 < args.duration_s < math.inf, "--duration-s must be > 0 and finite"),
     ]
     for ok, message in checks:
         if not ok:
@@ -64,6 +67,8 @@ def _setup(args: argparse.Namespace) -> Setup:
             gap = (float(start), int(windows))
         except ValueError as exc:
             raise InputError(f"--gap {args.gap!r}: use START_S:WINDOWS, e.g. 300:3") from exc
+        if not (math.isfinite(gap[0]) and gap[0] >= 0 and gap[1] >= 1):
+            raise InputError(f"--gap {args.gap!r}: START_S must be >= 0 and WINDOWS >= 1, e.g. 300:3")
     curve = read_curve(args.curve)
     replicas_max = args.replicas_max if args.replicas_max is not None else args.replicas
     if replicas_max < args.replicas:

@@ -667,6 +667,29 @@ def test_j_a_scale_in_lands_below_the_comfort_line() -> None:
     assert scaled_in > 20, scaled_in
 
 
+def test_j_no_scale_in_while_the_demand_rises() -> None:
+    """A window whose demand rose over the last one by more than noise may be a crowd's first: no replica is given
+    back then (one given back at a crowd's start comes back through a cold start), though the same case with a
+    flat last window scales in."""
+    rng = np.random.default_rng(1213)
+    rising_checked = 0
+    for i in range(CASES * 2):
+        case = _quiet_case(rng)
+        if case is None:
+            continue
+        flat = decide(case.state, case.in_force, case.obs, case.policy, NOW)
+        if not (flat.changed and flat.replicas < case.in_force.replicas):
+            continue
+        demand = flat.demand_rps if flat.demand_rps is not None else case.demand
+        past = case.state.recent_demand
+        rose = demand / (1 + law.GROWTH_SHARE + float(rng.uniform(0.01, 1.0)))
+        state = case.state.model_copy(update={"recent_demand": (*past[:-1], (past[-1][0], rose))})
+        d = decide(state, case.in_force, case.obs, case.policy, NOW)
+        rising_checked += 1
+        assert d.replicas >= case.in_force.replicas, (i, rose, demand, d.reason)
+    assert rising_checked > 20, rising_checked
+
+
 def test_j_relieving_bad_windows_judges_the_batching_at_the_replicas_kept() -> None:
     """While bad windows are relieved the replicas are never cut, so the batching in force is judged by the load
     per replica at the count kept, not at a smaller count a plan at the SLO would take: a config that carries that

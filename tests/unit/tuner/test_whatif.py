@@ -155,3 +155,35 @@ def test_do_no_harm_from_tritons_default() -> None:
 def test_do_no_harm_from_the_operators_start_config() -> None:
     runs = _goodputs(start_at_default=False)
     assert all(ours >= 0.97 * default for _, ours, default in runs), runs
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--slo-ms", "0"], "--slo-ms"),
+        (["--slo-ms", "inf"], "--slo-ms"),
+        (["--percentile", "100"], "--percentile"),
+        (["--interval-s", "nan"], "--interval-s"),
+        (["--p99-noise", "1.5"], "--p99-noise"),
+        (["--gap", "300"], "--gap"),
+        (["--gap", "300:0"], "--gap"),
+        (["--gap", "nan:2"], "--gap"),
+        (["--duration-s", "0"], "--duration-s"),
+        (["--seed", "-1"], "--seed"),
+        (["--replicas", "2", "--replicas-max", "1"], "--replicas-max"),
+        (["--policy", "static:0:0"], "static:0:0"),
+    ],
+)
+def test_simulate_bad_flags_exit_2_naming_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], named: str
+) -> None:
+    """`tailtune simulate` on a bad flag: exit 2 and one line on stderr that names it; no summary, no traceback."""
+    from tailtune.tuner.simulate import main
+
+    curve = _write(tmp_path, "c.csv", "batch,ms\n1,2\n8,6\n")
+    trace = _write(tmp_path, "t.csv", "t_s,rate_rps\n0,100\n60,0\n")
+    args = ["--curve", str(curve), "--trace", str(trace), "--slo-ms", "30", *flags]
+    # A later --slo-ms wins in argparse: the flag under test is the one given last.
+    assert main(args) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and named in out.err and "Traceback" not in out.err, out
