@@ -10,6 +10,7 @@ import dataclasses
 import json
 import math
 import re
+from collections.abc import Iterator
 from datetime import timedelta
 
 import numpy as np
@@ -631,6 +632,17 @@ def _quiet_case(rng: np.random.Generator) -> Case | None:
     return Case(case.t, policy, state, case.in_force, obs, demand, False)
 
 
+def _scale_ins(rng: np.random.Generator) -> Iterator[tuple[int, Case, Decision]]:
+    """(index, case, decision) of the generated quiet cases whose decision scales in."""
+    for i in range(CASES * 2):
+        case = _quiet_case(rng)
+        if case is None:
+            continue
+        d = decide(case.state, case.in_force, case.obs, case.policy, NOW)
+        if d.changed and d.replicas < case.in_force.replicas:
+            yield i, case, d
+
+
 def test_j_a_scale_in_lands_below_the_comfort_line() -> None:
     """Hysteresis: a scale-in goes only to a count at which the model, erring as it does on the config in force
     (if that is worse than the share other configs get), puts the highest demand of the stabilization window
@@ -638,15 +650,8 @@ def test_j_a_scale_in_lands_below_the_comfort_line() -> None:
     (a scale-in that lands between the comfort line and the aim was undone by the first noisy window)."""
     from tailtune.tuner.model import predict
 
-    rng = np.random.default_rng(1207)
     scaled_in = 0
-    for i in range(CASES * 2):
-        case = _quiet_case(rng)
-        if case is None:
-            continue
-        d = decide(case.state, case.in_force, case.obs, case.policy, NOW)
-        if not (d.changed and d.replicas < case.in_force.replicas):
-            continue
+    for i, case, d in _scale_ins(np.random.default_rng(1207)):
         scaled_in += 1
         policy, b = case.policy, d.batching
         cal = max(
@@ -673,13 +678,7 @@ def test_j_no_scale_in_while_the_demand_rises() -> None:
     flat last window scales in."""
     rng = np.random.default_rng(1213)
     rising_checked = 0
-    for i in range(CASES * 2):
-        case = _quiet_case(rng)
-        if case is None:
-            continue
-        flat = decide(case.state, case.in_force, case.obs, case.policy, NOW)
-        if not (flat.changed and flat.replicas < case.in_force.replicas):
-            continue
+    for i, case, flat in _scale_ins(rng):
         demand = flat.demand_rps if flat.demand_rps is not None else case.demand
         past = case.state.recent_demand
         rose = demand / (1 + law.GROWTH_SHARE + float(rng.uniform(0.01, 1.0)))
