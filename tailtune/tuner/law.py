@@ -297,27 +297,23 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     # (A share plan is made only without a backlog: `current` is the config in force as the model has it.)
     in_share = 0.0 if plan.share is None else share(curve, current, r.demand_rps, policy, mild, plan.replicas)
     peak_need = max(d for _, d in recent) * policy.demand_margin
-    target, replicas = _choose(plan, current, in_force, r, relieve, policy, avoid, in_share, peak_need)
-    aimed, kept_note = plan.candidate, ""
-    n = max(replicas, in_force.replicas)
-    if (target.max_batch, target.delay_us) == (mb, delay) != (aimed.max_batch, aimed.delay_us) and (
-        n * aimed.capacity_rps < peak_need <= n * current.capacity_rps
-    ):
-        kept_note = (
-            f"; max batch {aimed.max_batch} would not keep up with the {peak_need / policy.demand_margin:.0f} req/s "
-            f"seen in the last {policy.scale_in_window_seconds:.0f} s: the batching stays"
-        )
+    target, replicas, held = _choose(plan, current, in_force, r, relieve, policy, avoid, in_share, peak_need)
+    kept_note = (
+        f"; max batch {plan.candidate.max_batch} would not keep up with the {peak_need / policy.demand_margin:.0f} "
+        f"req/s seen in the last {policy.scale_in_window_seconds:.0f} s: the batching stays"
+        if held
+        else ""
+    )
     if replicas < in_force.replicas:
         # Scale in only as far as the highest demand of the stabilization window allows, only once the
         # window is full of history, and never while requests queue up. And only to a count the model puts
         # below the comfort line (the hysteresis band's lower edge), with the model erring as it does on the
         # config in force if that is worse: a scale-in that lands between the comfort line and the aim is
         # bounced back out by the first noisy window or by a model a few percent optimistic.
-        peak = max(d for _, d in recent) * policy.demand_margin
         snug = policy.model_copy(update={"headroom": policy.comfort_ms / policy.slo_ms})
         calm = candidate(curve, target.max_batch, target.delay_us, snug, max(mild, st.calibration))
         carried = min(target.carries(), calm.carries())
-        replicas = max(replicas, min(in_force.replicas, math.ceil(peak / max(carried, 1e-9))))
+        replicas = max(replicas, min(in_force.replicas, math.ceil(peak_need / max(carried, 1e-9))))
         # Nor to a count that broke the aim lately at this demand or less (the model was wrong there once).
         floor = max((x.replicas + 1 for x in st.too_few if _applies(x.at, x.demand_rps, r.demand_rps, now)), default=0)
         replicas = max(replicas, min(in_force.replicas, floor))
@@ -666,11 +662,12 @@ def _choose(
     avoid: frozenset[tuple[int, int]] = frozenset(),
     current_share: float = 0.0,
     peak_need_rps: float = 0.0,
-) -> tuple[Candidate, int]:
+) -> tuple[Candidate, int, bool]:
     """The config to move to: the plan, unless the config in force already does the job, and never a cut
     in capacity under a backlog. Short of the SLO everywhere, the batching in force stays unless the plan's
     answers a good deal more of the demand within the SLO (`current_share`: the share it answers). While the SLO
-    holds, no batching change takes the capacity below `peak_need_rps` where the config in force has it."""
+    holds, no batching change takes the capacity below `peak_need_rps` where the config in force has it (the
+    third value says the batching in force was kept for that)."""
     target, replicas = plan.candidate, plan.replicas
     keep = not _avoided(current.max_batch, current.delay_us, avoid) and current.max_batch >= policy.warmup_max
     if plan.share is not None:
@@ -711,12 +708,13 @@ def _choose(
     # that runs away at the next burst).
     n = max(replicas, in_force.replicas)
     cut = n * target.capacity_rps < peak_need_rps <= n * current.capacity_rps
-    if (
+    held = (
         keep
         and cut
         and r.p_ms <= policy.slo_ms
         and (target.max_batch, target.delay_us) != (current.max_batch, current.delay_us)
-    ):
+    )
+    if held:
         target = current
     if r.saturated or r.backlog > 0:
         old_cap = in_force.replicas * current.capacity_rps
@@ -727,7 +725,7 @@ def _choose(
     if not relieve:
         # Comfortable: give back replicas, never reach for more without evidence of pressure.
         replicas = min(replicas, in_force.replicas) if not plan.feasible else replicas
-    return target, replicas
+    return target, replicas, held
 
 
 def _calibrate(old: float, curve: Curve, r: _Reading, in_force: InForce, policy: Policy) -> float:

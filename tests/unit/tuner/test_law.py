@@ -717,5 +717,5 @@ def test_j_relieving_bad_windows_judges_the_batching_at_the_replicas_kept() -> N
             p_ms=17.0, rate=load, demand_rps=load, saturated=False, over=True, comfortable=False, overloaded=False,
             draining=False, backlog=0.0,
         )  # fmt: skip
-        chosen, _ = law._choose(plan, current, in_force, reading, True, policy)
+        chosen, _, _ = law._choose(plan, current, in_force, reading, True, policy)
         assert chosen == current, (i, plan.replicas, kept, current.robust_rps, per)
