@@ -27,11 +27,12 @@ largest warmup batch; at the limits with a growing queue it says so (`infeasible
 and the replicas it would take).
 
 The gates stay: missing data, windows already judged, windows overlapping the last change, replicas not
-ready, noise (K bad windows; one when it shows overload), hysteresis (a band between the aim and the
+ready, noise (K bad windows; one when it shows overload, or a latency past the SLO that the model foretold for
+the config in force at the measured demand), hysteresis (a band between the aim and the
 comfort line; no reload for a few percent while the config in force holds; a scale-in only to a count the
 model puts below the comfort line, never while the demand rises; the batching judged at the replicas kept, not
-a plan's fewer, while bad windows are relieved), a draining backlog (waited for) and the cooldown between
-reloads. A stale window still lets the measured curve replace a fragile config.
+a plan's fewer, while bad windows are relieved), a draining backlog (waited for; under one, a reload only for
+more capacity) and the cooldown between reloads. A stale window still lets the measured curve replace a fragile config.
 """
 
 from __future__ import annotations
@@ -223,7 +224,11 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     # only a bounded share of it.
     mild = min(CANDIDATE_CALIBRATION[1], max(CANDIDATE_CALIBRATION[0], st.calibration))
     mb, delay = in_force.batching.max_batch_size, in_force.batching.max_queue_delay_microseconds
-    relieve = st.bad_windows >= policy.bad_windows or r.overloaded
+    # A window past the SLO that the model foretold for the config in force at the measured demand (with the
+    # calibration held before it) needs no second one where another config holds the SLO with the margin (below):
+    # the noise gate is for a latency the model cannot explain.
+    foretold = r.p_ms > policy.slo_ms and not r.draining and _foretold(curve, in_force, r, policy, state.calibration)
+    relieve = st.bad_windows >= policy.bad_windows or r.overloaded or foretold
     # Fixing bad windows: what failed at about this demand (or less) stays out; re-optimizing while the latency
     # holds: whatever failed lately stays out (a move back is churn).
     avoid = rejected_now(st, r.demand_rps if relieve else None, now)
@@ -233,6 +238,10 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         # is overrun an interval later. Short of the SLO, the plan keeps up with it with the margin.
         peak = max(peak, ahead * policy.demand_margin)
     plan = best_plan(curve, load, policy, mild, backlog=r.saturated, avoid=avoid, peak_rps=peak)
+    if foretold and not plan.feasible and st.bad_windows < policy.bad_windows and not r.overloaded:
+        # Nothing within the bounds holds the SLO with the margin: a second window shows more of the demand (a
+        # burst the plan must keep up with) before a bet on a config that may not.
+        relieve = False
     # Evidence beats the model: a config in force that breaks the SLO window after window while the model rates
     # it better than the share of calibration other configs get is left (and not planned again at this demand,
     # as after a canary's rejection) for another config that holds the SLO at the measured demand even with the
@@ -258,7 +267,11 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     # the candidates it gets their share, so a switch is never an artefact of the calibration.
     observed = candidate(curve, mb, delay, policy, st.calibration)
     current = candidate(curve, mb, delay, policy, mild)
-    observed, current = _as_delivered(observed, r, in_force), _as_delivered(current, r, in_force)
+    # A window whose demand rose past noise may have been entered by a crowd part way through: its completions mix
+    # the calm before with the backlog after and understate what the config in force drains.
+    rising = len(recent) >= 2 and recent[-1][1] > (1 + GROWTH_SHARE) * recent[-2][1]
+    if not rising:
+        observed, current = _as_delivered(observed, r, in_force), _as_delivered(current, r, in_force)
     fragile = is_fragile(curve, current, policy)
     at_risk = in_force.replicas * observed.carries() < load or fragile
     relax = st.good_windows >= policy.good_windows
@@ -293,7 +306,8 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     if plan.within_slo_only:
         # The plan's candidates were judged against the SLO, not the aim: so is the config in force here.
         at_slo = policy.model_copy(update={"headroom": 1.0})
-        current = _as_delivered(candidate(curve, mb, delay, at_slo, mild), r, in_force)
+        current = candidate(curve, mb, delay, at_slo, mild)
+        current = current if rising else _as_delivered(current, r, in_force)
     # (A share plan is made only without a backlog: `current` is the config in force as the model has it.)
     in_share = 0.0 if plan.share is None else share(curve, current, r.demand_rps, policy, mild, plan.replicas)
     peak_need = max(d for _, d in recent) * policy.demand_margin
@@ -321,7 +335,6 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         # Never while the latency is bad, nor on a plan that keeps only the SLO (no headroom), nor while the
         # demand rises (a window above the last by more than noise may be the first of a crowd: giving back a
         # replica is never urgent, and one given back at a crowd's start comes back through a cold start).
-        rising = len(recent) >= 2 and recent[-1][1] > (1 + GROWTH_SHARE) * recent[-2][1]
         if r.saturated or relieve or plan.within_slo_only or rising or span < policy.scale_in_window_seconds:
             replicas = in_force.replicas
     # Said only on evidence: the aim broken, a queue growing at the limits, or a demand beyond what the bounds can
@@ -433,6 +446,15 @@ def _unfragile(
     new = in_force.model_copy(update={"batching": batching, "replicas": replicas, "changed_at": now, "reason": reason})
     st = st.model_copy(update={"last_reason_code": code})
     return Decision(action="change", in_force=new, reason=reason, reason_code=code, state=st)
+
+
+def _foretold(curve: Curve, in_force: InForce, r: _Reading, policy: Policy, calibration: float) -> bool:
+    """Whether the model, corrected by `calibration`, puts the config in force past the SLO at the measured demand
+    (shared evenly by its replicas)."""
+    b = in_force.batching
+    per = r.demand_rps / max(1, in_force.replicas)
+    p = predict(curve.ms, b.max_batch_size, b.max_queue_delay_microseconds, policy.instances, per, policy.percentile)
+    return p.p_ms * calibration > policy.slo_ms
 
 
 def _as_delivered(c: Candidate, r: _Reading, in_force: InForce) -> Candidate:
@@ -671,10 +693,16 @@ def _choose(
     target, replicas = plan.candidate, plan.replicas
     keep = not _avoided(current.max_batch, current.delay_us, avoid) and current.max_batch >= policy.warmup_max
     if plan.share is not None:
-        # Short of the SLO whatever the config: a reload only for a good deal more goodput.
+        # Short of the SLO whatever the config: a reload only for a good deal more goodput, or for a batching
+        # that keeps up with the planned load by what full batches drain where the one in force does not (its
+        # batches past the most efficient one run away at the first burst: the model's share, a normal spread
+        # around where batches settle, misses those excursions).
         # (Every config breaks the SLO here: one left earlier for breaking it is no worse for that.)
-        if current.max_batch >= policy.warmup_max and (
-            current_share * SWITCH_GAIN >= plan.share or plan.share - current_share < SHARE_GAIN
+        runs_away = current.burst_rps * replicas < plan.load_rps <= target.burst_rps * replicas
+        if (
+            current.max_batch >= policy.warmup_max
+            and not runs_away
+            and (current_share * SWITCH_GAIN >= plan.share or plan.share - current_share < SHARE_GAIN)
         ):
             target = current
     else:
@@ -690,6 +718,10 @@ def _choose(
             # percent of robustness is not worth its cost.
             or (holding and not relieve and current.carries() * SWITCH_GAIN >= per)
         )
+        # Where nothing keeps the aim, a config in force that carries the planned load within the SLO with room to
+        # spare (and holds it) has nothing to gain from a reload: with a latency floor near the SLO, how much more
+        # load another carries within it swings with a percent of calibration.
+        spare = plan.within_slo_only and r.p_ms <= policy.slo_ms and current.carries() >= SWITCH_GAIN * per
         # A burst beyond the plan is served by what full batches drain: a tenth more of it, at no loss of
         # robustness, is worth a reload (a property of the curve alone, free of the windows' noise).
         sturdier = target.burst_rps >= BURST_GAIN * current.burst_rps and target.carries() >= current.carries()
@@ -697,8 +729,14 @@ def _choose(
         # the new ones are not ready yet) only for a batching in force that does not carry its share of the
         # demand at the new count (the margin, and a sturdier batching, can wait for a later window).
         scaling_out = replicas > in_force.replicas and current.carries() * replicas >= r.demand_rps
+        # Under a backlog a reload is for capacity alone: a batching no sturdier drains the queue no faster (its
+        # edge in latency shows once the queue is gone).
         if keep and (
-            scaling_out or (not sturdier and carries_it and current.carries() * SWITCH_GAIN >= target.carries())
+            scaling_out
+            or (
+                not sturdier
+                and (r.saturated or spare or (carries_it and current.carries() * SWITCH_GAIN >= target.carries()))
+            )
         ):
             # The batching in force carries the planned load and nothing is much more robust: no reload.
             target = current

@@ -53,16 +53,23 @@ class Prediction:
 
 
 def _fixed_point(t: ServiceTime, big: int, lam: float, delay_ms: float) -> float | None:
-    """The batch a greedy batcher settles at (b = lambda (t(b) + D)), or None when batches run away past B."""
+    """The batch a greedy batcher settles at (b = lambda (t(b) + D)), or None when batches run away past B. A
+    batch that fills before the delay is over leaves at once: past B the batches settle at B if full ones keep
+    up (lambda t(B) < B), whatever the delay."""
     b = 1.0
     for _ in range(200):
         nb = max(1.0, lam * (t(b) + delay_ms))
         if nb > big:
-            return None
+            return float(big) if _full_keeps_up(t, big, lam) else None
         if abs(nb - b) < 1e-6:
             return nb
         b = nb
     return b
+
+
+def _full_keeps_up(t: ServiceTime, big: int, lam: float) -> bool:
+    """Whether full batches of `big`, leaving as soon as they fill, keep up with `lam` requests per ms."""
+    return lam * t(float(big)) < big
 
 
 def _spread(t: ServiceTime, b: float, lam: float, delay_ms: float, big: float = math.inf) -> float:
@@ -149,7 +156,11 @@ def settle(t: ServiceTime, max_batch: int, delay_us: float, rate_rps: float) -> 
             return b
         # Past the crossing batches grow until the curve lets them keep up again.
         b = next(
-            (float(x) for x in range(math.floor(b2) + 1, big + 1) if lam * (t(float(x)) + delay_ms) <= x),
+            (
+                float(x)
+                for x in range(min(big, math.floor(b2) + 1), big + 1)
+                if lam * (t(float(x)) + delay_ms) <= x or (x == big and _full_keeps_up(t, big, lam))
+            ),
             None,
         )
     return None
@@ -217,7 +228,9 @@ def _at_load(
     util = min(1.0, lam * t(b) / b)
     # The delay holds a batch only when the device would otherwise take it at once (idle, or a batch
     # shorter than the delay in flight).
-    held = (1.0 - util) * delay_ms + util * max(0.0, delay_ms - t(b))
+    # (No longer than the batch takes to fill: one that fills first leaves at once.)
+    fill_ms = min(delay_ms, max(0.0, b / lam - t(b)))
+    held = (1.0 - util) * fill_ms + util * max(0.0, fill_ms - t(b))
     # Batches fill (and a queue forms behind them) with this probability.
     p_full = 1.0 - NormalDist().cdf((big - 0.5 - b) / sd)
     if big > 1 and big <= FULL_CHAIN_MAX:
