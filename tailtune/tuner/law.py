@@ -28,11 +28,12 @@ and the replicas it would take).
 
 The gates stay: missing data, windows already judged, windows overlapping the last change, replicas not
 ready, noise (K bad windows; one when it shows overload, or a latency past the SLO that the model foretold for
-the config in force at the measured demand), hysteresis (a band between the aim and the
-comfort line; no reload for a few percent while the config in force holds; a scale-in only to a count the
-model puts below the comfort line, never while the demand rises; the batching judged at the replicas kept, not
-a plan's fewer, while bad windows are relieved), a draining backlog (waited for; under one, a reload only for
-more capacity) and the cooldown between reloads. A stale window still lets the measured curve replace a fragile config.
+the config in force at the measured demand where another config holds the SLO with the margin), hysteresis (a
+band between the aim and the comfort line; no reload for a few percent while the config in force holds, nor,
+where nothing keeps the aim, while it holds the SLO with room; a scale-in only to a count the model puts below
+the comfort line, never while the demand rises; the batching judged at the replicas kept, not a plan's fewer,
+while bad windows are relieved), a draining backlog (waited for; under one, a reload only for more capacity) and
+the cooldown between reloads. A stale window still lets the measured curve replace a fragile config.
 """
 
 from __future__ import annotations
