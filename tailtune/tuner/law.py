@@ -197,8 +197,11 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     horizon = obs.window_end - timedelta(seconds=policy.scale_in_window_seconds)
     recent = (*tuple((t, d) for t, d in st.recent_demand if t > horizon), (obs.window_end, r.demand_rps))
     st = st.model_copy(update={"recent_demand": recent})
+    # The model's latency for the config in force at the measured demand: what the calibration corrects, and what
+    # tells a foretold bad window from noise.
+    predicted_ms = _predicted_ms(curve, in_force, r, policy) if curve else math.nan
     if curve and not r.saturated:
-        st = st.model_copy(update={"calibration": _calibrate(st.calibration, curve, r, in_force, policy)})
+        st = st.model_copy(update={"calibration": _calibrate(st.calibration, predicted_ms, r)})
     bad = r.over or r.saturated
     good = r.comfortable and not bad
     # A window that overlaps the last one counted bad is the same evidence (a 60 s summary read every 30 s):
@@ -228,8 +231,9 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     # A window past the SLO that the model foretold for the config in force at the measured demand (with the
     # calibration held before it) needs no second one where another config holds the SLO with the margin (below):
     # the noise gate is for a latency the model cannot explain.
-    foretold = r.p_ms > policy.slo_ms and not r.draining and _foretold(curve, in_force, r, policy, state.calibration)
-    relieve = st.bad_windows >= policy.bad_windows or r.overloaded or foretold
+    foretold = r.p_ms > policy.slo_ms and not r.draining and predicted_ms * state.calibration > policy.slo_ms
+    confirmed = st.bad_windows >= policy.bad_windows or r.overloaded
+    relieve = confirmed or foretold
     # Fixing bad windows: what failed at about this demand (or less) stays out; re-optimizing while the latency
     # holds: whatever failed lately stays out (a move back is churn).
     avoid = rejected_now(st, r.demand_rps if relieve else None, now)
@@ -239,10 +243,9 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         # is overrun an interval later. Short of the SLO, the plan keeps up with it with the margin.
         peak = max(peak, ahead * policy.demand_margin)
     plan = best_plan(curve, load, policy, mild, backlog=r.saturated, avoid=avoid, peak_rps=peak)
-    if foretold and not plan.feasible and st.bad_windows < policy.bad_windows and not r.overloaded:
-        # Nothing within the bounds holds the SLO with the margin: a second window shows more of the demand (a
-        # burst the plan must keep up with) before a bet on a config that may not.
-        relieve = False
+    # Where nothing within the bounds holds the SLO with the margin, a second window shows more of the demand (a
+    # burst the plan must keep up with) before a bet on a config that may not.
+    relieve = confirmed or (foretold and plan.feasible)
     # Evidence beats the model: a config in force that breaks the SLO window after window while the model rates
     # it better than the share of calibration other configs get is left (and not planned again at this demand,
     # as after a canary's rejection) for another config that holds the SLO at the measured demand even with the
@@ -449,13 +452,14 @@ def _unfragile(
     return Decision(action="change", in_force=new, reason=reason, reason_code=code, state=st)
 
 
-def _foretold(curve: Curve, in_force: InForce, r: _Reading, policy: Policy, calibration: float) -> bool:
-    """Whether the model, corrected by `calibration`, puts the config in force past the SLO at the measured demand
-    (shared evenly by its replicas)."""
+def _predicted_ms(curve: Curve, in_force: InForce, r: _Reading, policy: Policy) -> float:
+    """The model's latency at the percentile for the config in force at the measured demand, shared evenly by its
+    replicas (uncalibrated)."""
     b = in_force.batching
     per = r.demand_rps / max(1, in_force.replicas)
-    p = predict(curve.ms, b.max_batch_size, b.max_queue_delay_microseconds, policy.instances, per, policy.percentile)
-    return p.p_ms * calibration > policy.slo_ms
+    return predict(
+        curve.ms, b.max_batch_size, b.max_queue_delay_microseconds, policy.instances, per, policy.percentile
+    ).p_ms
 
 
 def _as_delivered(c: Candidate, r: _Reading, in_force: InForce) -> Candidate:
@@ -767,17 +771,8 @@ def _choose(
     return target, replicas, held
 
 
-def _calibrate(old: float, curve: Curve, r: _Reading, in_force: InForce, policy: Policy) -> float:
-    """Move the calibration towards this window's observed/predicted ratio of the config in force."""
-    per = r.demand_rps / max(1, in_force.replicas)
-    pred = predict(
-        curve.ms,
-        in_force.batching.max_batch_size,
-        in_force.batching.max_queue_delay_microseconds,
-        policy.instances,
-        per,
-        policy.percentile,
-    ).p_ms
+def _calibrate(old: float, pred: float, r: _Reading) -> float:
+    """Move the calibration towards this window's observed/`pred`icted ratio of the config in force."""
     if not (math.isfinite(pred) and pred > 0 and r.p_ms > 0):
         return old
     lo, hi = CALIBRATION_RANGE
