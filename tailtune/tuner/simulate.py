@@ -21,6 +21,10 @@ from typing import TextIO
 
 from tailtune.tuner.whatif import InputError, Setup, plot, read_curve, read_trace, summarize
 
+# The simulator keeps every request's arrival and latency in memory and runs each through Python: past this
+# many expected requests a run would exhaust memory or take hours, so it is refused with the figure.
+MAX_REQUESTS = 20_000_000
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -73,9 +77,17 @@ def _setup(args: argparse.Namespace) -> Setup:
     replicas_max = args.replicas_max if args.replicas_max is not None else args.replicas
     if replicas_max < args.replicas:
         raise InputError(f"--replicas-max {replicas_max} is below --replicas {args.replicas}")
+    segments = read_trace(args.trace)
+    end = min(segments[-1][1], args.duration_s) if args.duration_s else segments[-1][1]
+    expected = sum(rate * max(0.0, min(b, end) - a) for a, b, rate in segments if a < end)
+    if expected > MAX_REQUESTS:
+        raise InputError(
+            f"{args.trace}: the trace asks for {expected:.3g} requests, over the simulator's {MAX_REQUESTS:.0e}: "
+            "shorten it (--duration-s) or scale rate_rps down (and the replicas with it)"
+        )
     return Setup(
         curve=curve,
-        segments=read_trace(args.trace),
+        segments=segments,
         slo_ms=args.slo_ms,
         percentile=args.percentile,
         instances=args.instances,

@@ -187,3 +187,19 @@ def test_simulate_bad_flags_exit_2_naming_the_flag(
     assert main(args) == 2
     out = capsys.readouterr()
     assert out.out == "" and named in out.err and "Traceback" not in out.err, out
+
+
+def test_simulate_refuses_a_trace_past_what_it_can_hold(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A trace asking for more requests than the simulator can keep in memory: exit 2 naming the trace and the
+    way out, instead of a MemoryError traceback; --duration-s that brings it under the limit is accepted."""
+    from tailtune.tuner.simulate import MAX_REQUESTS, _parser, _setup, main
+
+    curve = _write(tmp_path, "c.csv", "batch,ms\n1,2\n8,6\n")
+    rate = 2 * MAX_REQUESTS / 100
+    trace = _write(tmp_path, "t.csv", f"t_s,rate_rps\n0,{rate}\n100,0\n")
+    args = ["--curve", str(curve), "--trace", str(trace), "--slo-ms", "30"]
+    assert main(args) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and "t.csv" in out.err and "--duration-s" in out.err and "Traceback" not in out.err, out
+    setup = _setup(_parser().parse_args([*args, "--duration-s", "40"]))
+    assert setup.end_s == 40
