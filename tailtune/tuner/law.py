@@ -94,7 +94,9 @@ SHARE_GAIN = 0.1
 # unless it keeps up with every load some config carries within the target (the plan's frontier: up to it the
 # config is no step away from a backlog that another config would avoid within the target) and with this many
 # times the demand (past the frontier a config that runs away answers nothing in time where a more capable one
-# still answers most: it must leave the demand room for a step). Without a demand only the first rule holds.
+# still answers most: it must leave the demand room for a step). Without a demand only the first rule holds; and
+# a move *to* a config sturdy by the second rule alone is made only where the one in force breaks the aim (it
+# trades burst capacity for latency robustness: not on the model's word alone).
 FRAGILE_FACTOR = 1.5
 # Past the largest measured size the model is a bet: at most this many times that size.
 EXPLORE_REACH = 2
@@ -250,7 +252,10 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         # A ramp goes on past where it is planned: a config that keeps up with the projection only at full use
         # is overrun an interval later. Short of the SLO, the plan keeps up with it with the margin.
         peak = max(peak, ahead * policy.demand_margin)
-    plan = best_plan(curve, load, policy, mild, backlog=r.saturated, avoid=avoid, peak_rps=peak)
+    # A move to a batching sturdy only by the frontier rule (see FRAGILE_FACTOR) trades burst capacity for latency
+    # robustness: worth it only where the config in force breaks the aim, not on the model's word alone.
+    past_aim = r.p_ms > policy.aim_ms
+    plan = best_plan(curve, load, policy, mild, backlog=r.saturated, avoid=avoid, peak_rps=peak, past_aim=past_aim)
     # Where nothing within the bounds holds the SLO with the margin, a second window shows more of the demand (a
     # burst the plan must keep up with) before a bet on a config that may not.
     relieve = confirmed or (foretold and plan.feasible)
@@ -265,7 +270,9 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     misjudged = st.bad_windows >= policy.bad_windows and not (r.saturated or r.overloaded)
     if misjudged and broken and st.calibration > CANDIDATE_CALIBRATION[1]:
         away = avoid | {(mb, delay)}
-        alt = best_plan(curve, load, policy, st.calibration, backlog=r.saturated, avoid=away, peak_rps=peak)
+        alt = best_plan(
+            curve, load, policy, st.calibration, backlog=r.saturated, avoid=away, peak_rps=peak, past_aim=past_aim
+        )
         c = alt.candidate
         holds = alt.replicas * c.carries() >= r.demand_rps
         # Never a bet on a config that could not keep up with the planned load by what full batches drain,
@@ -605,10 +612,13 @@ def best_plan(
     backlog: bool = True,
     avoid: frozenset[tuple[int, int]] = frozenset(),
     peak_rps: float = 0.0,
+    past_aim: bool = False,
 ) -> Plan:
     """The fewest replicas that carry `load_rps`, then the most robust batching, then the smaller batch.
     Configs in `avoid` (rejected by a canary) are skipped unless nothing else is left. Short of the SLO within
-    the bounds, only configs that keep up with `peak_rps` (the highest demand seen lately) are considered."""
+    the bounds, only configs that keep up with `peak_rps` (the highest demand seen lately) are considered. Only
+    configs with a fair share of the most capacity, unless `past_aim` (the config in force breaks the aim): then
+    also those that keep up with `Plan.enough_rps`."""
     every = [
         candidate(curve, b, d, policy, calibration)
         for b in candidate_sizes(curve, policy)
@@ -623,7 +633,14 @@ def best_plan(
     if need > policy.replicas_max and policy.headroom < 1.0:
         # Nothing keeps the aim within the bounds: the SLO itself is the next best target (no headroom left).
         at_slo = best_plan(
-            curve, load_rps, policy.model_copy(update={"headroom": 1.0}), calibration, backlog, avoid, peak_rps
+            curve,
+            load_rps,
+            policy.model_copy(update={"headroom": 1.0}),
+            calibration,
+            backlog,
+            avoid,
+            peak_rps,
+            past_aim,
         )
         if at_slo.feasible:
             return dataclasses.replace(at_slo, feasible=True, within_slo_only=True)
@@ -631,6 +648,7 @@ def best_plan(
         cands = [candidate(curve, c.max_batch, c.delay_us, policy, calibration) for c in cands]
         best = max(cands, key=lambda c: (c.carries(), -c.max_batch, -c.delay_us))
     enough = _enough(cands, max(load_rps, peak_rps) / max(1, min(need, policy.replicas_max)))
+    exempt = enough if past_aim else math.inf
     if need > policy.replicas_max:
         demand = load_rps / policy.demand_margin
         # Keeping up comes first: a config that cannot carry the demand collapses into a backlog.
@@ -640,7 +658,7 @@ def best_plan(
         most_rps = max((c.capacity_rps for c in cands if not c.extrapolated), default=0.0)
 
         def sturdy(c: Candidate) -> bool:
-            return _sturdy(c.capacity_rps, most_rps, enough)
+            return _sturdy(c.capacity_rps, most_rps, exempt)
 
         near = [c for c in keeping if c.carries() * policy.replicas_max * SWITCH_GAIN >= demand]
         near = [c for c in near if sturdy(c) and c.capacity_rps * policy.replicas_max >= peak_rps] or near
@@ -689,7 +707,7 @@ def best_plan(
     # Only configs with a fair share of the most capacity, or that keep up with any load some config carries
     # within the aim and leave the demand room for a step: a burst past the plan must not find a fragile one.
     most_rps = max(c.capacity_rps for c in fitting)
-    fitting = [c for c in fitting if _sturdy(c.capacity_rps, most_rps, enough)] or fitting
+    fitting = [c for c in fitting if _sturdy(c.capacity_rps, most_rps, exempt)] or fitting
     top = max(c.carries() for c in fitting)
     # Among those, the most capacity (a burst beyond the plan is served, if late), then the smaller batch.
     near = [c for c in fitting if c.carries() >= 0.98 * top]
