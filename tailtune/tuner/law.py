@@ -90,13 +90,7 @@ BURST_GAIN = 1.1
 # Short of the SLO whatever the config: a reload only for this much more of the demand answered within it.
 SHARE_GAIN = 0.1
 # A config in force whose capacity is under 1/this of the most capable candidate's is fragile: a load step
-# away from a backlog. It is replaced even while the latency holds (and first thing, while there is no traffic),
-# unless it keeps up with every load some config carries within the target (the plan's frontier: up to it the
-# config is no step away from a backlog that another config would avoid within the target) and with this many
-# times the demand (past the frontier a config that runs away answers nothing in time where a more capable one
-# still answers most: it must leave the demand room for a step). Without a demand only the first rule holds; and
-# a move *to* a config sturdy by the second rule alone is made only where the one in force breaks the aim (it
-# trades burst capacity for latency robustness: not on the model's word alone).
+# away from a backlog. It is replaced even while the latency holds (and first thing, while there is no traffic).
 FRAGILE_FACTOR = 1.5
 # Past the largest measured size the model is a bet: at most this many times that size.
 EXPLORE_REACH = 2
@@ -143,10 +137,6 @@ class Plan:
     # Short of the SLO and keeping up: the share of requests the model answers within the SLO at the demand
     # with the candidate (its goodput per request; None when the plan is feasible, or when nothing keeps up).
     share: float | None = None
-    # A capacity per replica that is sturdy whatever the most capable batch drains: the most load one replica
-    # carries within the plan's target among the candidates (the frontier), and FRAGILE_FACTOR times the demand
-    # (inf without a demand). See FRAGILE_FACTOR.
-    enough_rps: float = math.inf
 
 
 @dataclass(frozen=True)
@@ -252,10 +242,7 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         # A ramp goes on past where it is planned: a config that keeps up with the projection only at full use
         # is overrun an interval later. Short of the SLO, the plan keeps up with it with the margin.
         peak = max(peak, ahead * policy.demand_margin)
-    # A move to a batching sturdy only by the frontier rule (see FRAGILE_FACTOR) trades burst capacity for latency
-    # robustness: worth it only where the config in force breaks the aim, not on the model's word alone.
-    past_aim = r.p_ms > policy.aim_ms
-    plan = best_plan(curve, load, policy, mild, backlog=r.saturated, avoid=avoid, peak_rps=peak, past_aim=past_aim)
+    plan = best_plan(curve, load, policy, mild, backlog=r.saturated, avoid=avoid, peak_rps=peak)
     # Where nothing within the bounds holds the SLO with the margin, a second window shows more of the demand (a
     # burst the plan must keep up with) before a bet on a config that may not.
     relieve = confirmed or (foretold and plan.feasible)
@@ -270,14 +257,12 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     misjudged = st.bad_windows >= policy.bad_windows and not (r.saturated or r.overloaded)
     if misjudged and broken and st.calibration > CANDIDATE_CALIBRATION[1]:
         away = avoid | {(mb, delay)}
-        alt = best_plan(
-            curve, load, policy, st.calibration, backlog=r.saturated, avoid=away, peak_rps=peak, past_aim=past_aim
-        )
+        alt = best_plan(curve, load, policy, st.calibration, backlog=r.saturated, avoid=away, peak_rps=peak)
         c = alt.candidate
         holds = alt.replicas * c.carries() >= r.demand_rps
         # Never a bet on a config that could not keep up with the planned load by what full batches drain,
         # nor on a fragile one: the evidence is against the one in force, not for any other.
-        sturdy = alt.replicas * c.burst_rps >= load and not is_fragile(curve, c, policy, alt.enough_rps)
+        sturdy = alt.replicas * c.burst_rps >= load and not is_fragile(curve, c, policy)
         if not _avoided(c.max_batch, c.delay_us, away) and sturdy and holds:
             plan, avoid = alt, away
         else:
@@ -291,7 +276,7 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     rising = len(recent) >= 2 and recent[-1][1] > (1 + GROWTH_SHARE) * recent[-2][1]
     if not rising:
         observed, current = _as_delivered(observed, r, in_force), _as_delivered(current, r, in_force)
-    fragile = is_fragile(curve, current, policy, plan.enough_rps)
+    fragile = is_fragile(curve, current, policy)
     at_risk = in_force.replicas * observed.carries() < load or fragile
     relax = st.good_windows >= policy.good_windows
     cap_total = plan.replicas * plan.candidate.capacity_rps
@@ -449,7 +434,7 @@ def _unfragile(
     b = in_force.batching
     current = candidate(curve, b.max_batch_size, b.max_queue_delay_microseconds, policy, 1.0)
     best = plan.candidate
-    if not is_fragile(curve, current, policy, plan.enough_rps) or (best.max_batch, best.delay_us) == (
+    if not is_fragile(curve, current, policy) or (best.max_batch, best.delay_us) == (
         b.max_batch_size,
         b.max_queue_delay_microseconds,
     ):
@@ -497,31 +482,15 @@ def safe_capacity(curve: Curve, max_batch: int, delay_us: int) -> float:
     return min(_curve_capacity(curve, max_batch, delay_us), 1000.0 * max_batch / curve.ms(max_batch))
 
 
-def is_fragile(curve: Curve, current: Candidate, policy: Policy, enough_rps: float = math.inf) -> bool:
+def is_fragile(curve: Curve, current: Candidate, policy: Policy) -> bool:
     """Below the warmup batch, or far less burst-safe capacity than the most capable measured batch (too small
-    a max batch, or one so far past the efficient batch that one burst runs its batches away) and short of
-    `enough_rps` (`Plan.enough_rps`: the frontier of the plan's target, and room for a step of the demand)."""
+    a max batch, or one so far past the efficient batch that one burst runs its batches away)."""
     if current.max_batch < policy.warmup_max:
         return True
     sizes = [b for b in candidate_sizes(curve, policy) if b <= max(1, curve.largest)] or [current.max_batch]
     most = max(safe_capacity(curve, b, policy.delay_min_us) for b in sizes)
     now = min(current.capacity_rps, safe_capacity(curve, current.max_batch, current.delay_us))
-    return not _sturdy(now, most, enough_rps)
-
-
-def _sturdy(capacity_rps: float, most_rps: float, enough_rps: float) -> bool:
-    """A fair share of the most capacity, or `enough_rps` (see FRAGILE_FACTOR)."""
-    return capacity_rps * FRAGILE_FACTOR >= most_rps or capacity_rps >= enough_rps
-
-
-def _enough(cands: list[Candidate], demand_rps: float) -> float:
-    """`Plan.enough_rps`: the most load one replica carries within the target among measured candidates, and
-    FRAGILE_FACTOR times `demand_rps` (per replica, at the plan's count); inf without a demand or without a
-    config that carries any load within the target."""
-    frontier = max((c.carries() for c in cands if not c.extrapolated), default=0.0)
-    if demand_rps <= 0 or frontier <= 0:
-        return math.inf
-    return max(frontier, FRAGILE_FACTOR * demand_rps)
+    return now * FRAGILE_FACTOR < most
 
 
 def _curve_capacity(curve: Curve, max_batch: int, delay_us: int) -> float:
@@ -612,13 +581,10 @@ def best_plan(
     backlog: bool = True,
     avoid: frozenset[tuple[int, int]] = frozenset(),
     peak_rps: float = 0.0,
-    past_aim: bool = False,
 ) -> Plan:
     """The fewest replicas that carry `load_rps`, then the most robust batching, then the smaller batch.
     Configs in `avoid` (rejected by a canary) are skipped unless nothing else is left. Short of the SLO within
-    the bounds, only configs that keep up with `peak_rps` (the highest demand seen lately) are considered. Only
-    configs with a fair share of the most capacity, unless `past_aim` (the config in force breaks the aim): then
-    also those that keep up with `Plan.enough_rps`."""
+    the bounds, only configs that keep up with `peak_rps` (the highest demand seen lately) are considered."""
     every = [
         candidate(curve, b, d, policy, calibration)
         for b in candidate_sizes(curve, policy)
@@ -633,22 +599,13 @@ def best_plan(
     if need > policy.replicas_max and policy.headroom < 1.0:
         # Nothing keeps the aim within the bounds: the SLO itself is the next best target (no headroom left).
         at_slo = best_plan(
-            curve,
-            load_rps,
-            policy.model_copy(update={"headroom": 1.0}),
-            calibration,
-            backlog,
-            avoid,
-            peak_rps,
-            past_aim,
+            curve, load_rps, policy.model_copy(update={"headroom": 1.0}), calibration, backlog, avoid, peak_rps
         )
         if at_slo.feasible:
-            return dataclasses.replace(at_slo, feasible=True, within_slo_only=True)
+            return Plan(at_slo.candidate, at_slo.replicas, True, load_rps, within_slo_only=True)
         policy = policy.model_copy(update={"headroom": 1.0})
         cands = [candidate(curve, c.max_batch, c.delay_us, policy, calibration) for c in cands]
         best = max(cands, key=lambda c: (c.carries(), -c.max_batch, -c.delay_us))
-    enough = _enough(cands, max(load_rps, peak_rps) / max(1, min(need, policy.replicas_max)))
-    exempt = enough if past_aim else math.inf
     if need > policy.replicas_max:
         demand = load_rps / policy.demand_margin
         # Keeping up comes first: a config that cannot carry the demand collapses into a backlog.
@@ -658,14 +615,14 @@ def best_plan(
         most_rps = max((c.capacity_rps for c in cands if not c.extrapolated), default=0.0)
 
         def sturdy(c: Candidate) -> bool:
-            return _sturdy(c.capacity_rps, most_rps, exempt)
+            return c.capacity_rps * FRAGILE_FACTOR >= most_rps
 
         near = [c for c in keeping if c.carries() * policy.replicas_max * SWITCH_GAIN >= demand]
         near = [c for c in near if sturdy(c) and c.capacity_rps * policy.replicas_max >= peak_rps] or near
         if not backlog and near:
             # Short of the margin but keeping up with it, at (nearly) the SLO: the most load within the SLO.
             pick = max(near, key=lambda c: (c.carries(), c.capacity_rps, -c.max_batch))
-            return Plan(pick, policy.replicas_max, False, load_rps, within_slo_only=True, enough_rps=enough)
+            return Plan(pick, policy.replicas_max, False, load_rps, within_slo_only=True)
         if not backlog:
             # Nothing that keeps up with the margin comes near the SLO: among the configs that keep up with the
             # demand with its margin (and with the highest demand seen lately: a burst like the last ones must
@@ -675,7 +632,7 @@ def best_plan(
             holding = [c for c in holding if sturdy(c)] or holding
             if holding:
                 pick = max(holding, key=lambda c: (c.carries(), c.capacity_rps, -c.max_batch))
-                return Plan(pick, policy.replicas_max, False, load_rps, within_slo_only=True, enough_rps=enough)
+                return Plan(pick, policy.replicas_max, False, load_rps, within_slo_only=True)
             # ... and short of the SLO even at the demand itself: the most goodput is the largest share of the demand
             # answered within the SLO (a config whose batches at this load take longer than the SLO answers none
             # in time, however much it carries), then the most capacity.
@@ -685,36 +642,27 @@ def best_plan(
                 pick = max(
                     (c for x, c in shares if x >= top_share - 0.01), key=lambda c: (c.capacity_rps, -c.max_batch)
                 )
-                return Plan(
-                    pick,
-                    policy.replicas_max,
-                    False,
-                    load_rps,
-                    within_slo_only=True,
-                    share=top_share,
-                    enough_rps=enough,
-                )
+                return Plan(pick, policy.replicas_max, False, load_rps, within_slo_only=True, share=top_share)
         if not backlog and keeping:
             # Short of the SLO but keeping up: the most load within the SLO is the most goodput.
             pick = max(keeping, key=lambda c: (c.carries(), c.capacity_rps, -c.max_batch))
-            return Plan(pick, policy.replicas_max, False, load_rps, within_slo_only=True, enough_rps=enough)
+            return Plan(pick, policy.replicas_max, False, load_rps, within_slo_only=True)
         # Requests pile up: the most capacity, to drain what it can.
         most = max(cands, key=lambda c: (c.capacity_rps if not c.extrapolated else 0.0, -c.max_batch))
-        return Plan(most, policy.replicas_max, False, load_rps, enough_rps=enough)
+        return Plan(most, policy.replicas_max, False, load_rps)
     # Among the most robust (within 2 %): a larger cap costs nothing at low load (a greedy batcher forms small
     # batches) and buys headroom, until the model says it breaks the aim.
     fitting = [c for c in cands if not c.extrapolated or c is best]
-    # Only configs with a fair share of the most capacity, or that keep up with any load some config carries
-    # within the aim and leave the demand room for a step: a burst past the plan must not find a fragile one.
+    # Only configs with a fair share of the most capacity: a burst past the plan must not find a fragile one.
     most_rps = max(c.capacity_rps for c in fitting)
-    fitting = [c for c in fitting if _sturdy(c.capacity_rps, most_rps, exempt)] or fitting
+    fitting = [c for c in fitting if c.capacity_rps * FRAGILE_FACTOR >= most_rps] or fitting
     top = max(c.carries() for c in fitting)
     # Among those, the most capacity (a burst beyond the plan is served, if late), then the smaller batch.
     near = [c for c in fitting if c.carries() >= 0.98 * top]
     pick = max(
         near, key=lambda c: (round(c.capacity_rps / max(c.capacity_rps for c in near), 2), -c.max_batch, -c.delay_us)
     )
-    return Plan(pick, need, True, load_rps, enough_rps=enough)
+    return Plan(pick, need, True, load_rps)
 
 
 def share(

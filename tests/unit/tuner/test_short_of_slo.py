@@ -13,12 +13,9 @@ from datetime import timedelta
 
 import numpy as np
 
-from tailtune.api.v1alpha1 import Batching
 from tailtune.sim.curves import PiecewiseCurve
 from tailtune.tuner import law
 from tailtune.tuner.model import predict, settle
-from tailtune.tuner.servicetime import Curve, CurvePoint
-from tailtune.tuner.types import InForce, Policy, TunerState
 from tailtune.tuner.whatif import Setup, summarize
 from tests.unit.tuner.families import NOW, steady_window
 
@@ -339,72 +336,3 @@ def test_where_nothing_keeps_the_aim_a_config_holding_the_slo_with_room_is_kept(
             target = law.candidate(curve, *after, at_slo, mild)
             assert target.burst_rps >= law.BURST_GAIN * current.burst_rps, (i, d.reason)
     assert kept >= 20, kept
-
-
-def _plateau_edge(rng: np.random.Generator) -> tuple[PiecewiseCurve, int]:
-    """A TensorRT-style curve flat up to an edge e (4, 8 or 16), a jump of 0.8-2x the plateau past it, then a
-    gentle slope to 128: max batch e carries the most within an SLO near three plateaus, max batch 128 drains far
-    more (the most capable batch) at latencies past it."""
-    a = float(rng.uniform(3.0, 12.0))
-    edge = int(rng.choice([4, 8, 16]))
-    jump = a * float(rng.uniform(0.8, 2.0))
-    pts = [(b, a if b <= edge else a + jump * (1 + b / 128)) for b in (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)]
-    return PiecewiseCurve(tuple((b, round(ms, 4)) for b, ms in pts), f"plateau(a={a:.1f},edge={edge})"), edge
-
-
-def test_a_config_keeping_up_with_the_slo_frontier_and_a_step_is_not_fragile() -> None:
-    """Fragility is about a burst: a config that keeps up with every load some config carries within the target
-    (the plan's frontier), and with FRAGILE_FACTOR times the demand, is no step away from a backlog, however much
-    more a large max batch drains. On generated plateau-and-edge curves where the old rule (capacity under
-    1/FRAGILE_FACTOR of the most capable batch's) calls the plateau's top fragile, at a light load (a fifth to a
-    half of the frontier) the law holds it on a stale window (the old rule left it for a config that carries less
-    within the aim); without traffic, where no demand says how far a step may go, the old rule still holds."""
-    rng = np.random.default_rng(2323)
-    checked = 0
-    for i in range(20):
-        curve, edge = _plateau_edge(rng)
-        a = curve.ms(1)
-        policy = Policy(
-            slo_ms=round(float(rng.uniform(3.2, 4.5)) * a, 2),
-            batch_max=128,
-            instances=int(rng.choice([1, 2])),
-            replicas_max=1,
-            cooldown_seconds=0.0,
-            build_curve=tuple(CurvePoint(batch=b, ms=ms) for b, ms in curve.points),
-        )
-        measured = Curve(policy.build_curve)
-        top = law.candidate(measured, edge, 0, policy, 1.0)
-        frontier = law.best_plan(measured, 1.0, policy, 1.0, backlog=False).candidate.carries()
-        demand = frontier * float(rng.uniform(0.2, 0.5))
-        plan = law.best_plan(measured, demand * policy.demand_margin, policy, 1.0, backlog=False)
-        if not law.is_fragile(measured, top, policy) or top.capacity_rps < plan.enough_rps:
-            continue  # the old rule agrees, or the plateau's top falls behind: not this case
-        checked += 1
-        assert not law.is_fragile(measured, top, policy, plan.enough_rps), i
-        idle = law.best_plan(measured, 0.0, policy, 1.0, backlog=False)
-        assert law.is_fragile(measured, top, policy, idle.enough_rps), i
-        obs = steady_window(2 * a, demand, replicas=1, queue_ms=a, compute_ms=a)
-        held = InForce(
-            batching=Batching(max_batch_size=edge), replicas=1, changed_at=obs.window_start + timedelta(seconds=1)
-        )
-        d = law.decide(TunerState(), held, obs, policy, NOW)
-        assert (d.changed, d.reason_code) == (False, law.STALE_WINDOW), (i, d.reason)
-    assert checked >= 10, checked
-
-
-def test_a_step_within_the_plateaus_reach_finds_the_plateau() -> None:
-    """Seed 23's 044 (stepwise, 2 instances, 1 replica, P99 noise 15 %, from Triton's default): at the low load
-    before a 3.2x step every config holds the SLO; max batch 8 (the plateau's top) carries 790 req/s within it and
-    128 only 517, yet 8 was called fragile for draining under 1/1.5 of 128's capacity, so the law went back to 128
-    and the step broke the SLO for two windows: 0.944 of the oracle. Now the plateau is kept through the step."""
-    points = ((1, 8.4562), (2, 8.4562), (4, 8.4562), (8, 8.4562), (12, 17.4296), (16, 17.686), (24, 18.1987))
-    points += ((32, 18.7115), (48, 31.0179), (64, 33.069), (96, 51.5286), (128, 57.6818))
-    step = ((0.0, 150.0, 230.38199724669204), (150.0, 480.0, 735.3692285771447))
-    setup = Setup(
-        PiecewiseCurve(points, "044"), step, 31.13, instances=2, start_max_batch=128, p99_noise=0.15, seed=1067
-    )
-    tailtune = summarize(setup, "tailtune")
-    plateau = summarize(setup, "static:8:0")
-    offered = float(tailtune["offered_rps"])
-    assert float(tailtune["goodput_rps"]) >= float(plateau["goodput_rps"]) - 0.02 * offered, tailtune["final"]
-    assert int(tailtune["changes"]) <= 2, tailtune["changes"]
