@@ -77,17 +77,9 @@ def _setup(args: argparse.Namespace) -> Setup:
     replicas_max = args.replicas_max if args.replicas_max is not None else args.replicas
     if replicas_max < args.replicas:
         raise InputError(f"--replicas-max {replicas_max} is below --replicas {args.replicas}")
-    segments = read_trace(args.trace)
-    end = min(segments[-1][1], args.duration_s) if args.duration_s else segments[-1][1]
-    expected = sum(rate * max(0.0, min(b, end) - a) for a, b, rate in segments if a < end)
-    if expected > MAX_REQUESTS:
-        raise InputError(
-            f"{args.trace}: the trace asks for {expected:.3g} requests, over the simulator's {MAX_REQUESTS:.0e}: "
-            "shorten it (--duration-s) or scale rate_rps down (and the replicas with it)"
-        )
-    return Setup(
+    setup = Setup(
         curve=curve,
-        segments=segments,
+        segments=read_trace(args.trace),
         slo_ms=args.slo_ms,
         percentile=args.percentile,
         instances=args.instances,
@@ -100,6 +92,14 @@ def _setup(args: argparse.Namespace) -> Setup:
         seed=args.seed,
         duration_s=args.duration_s,
     )
+    end = setup.end_s
+    expected = sum(rate * (min(b, end) - a) for a, b, rate in setup.segments if a < end)
+    if expected > MAX_REQUESTS:
+        raise InputError(
+            f"{args.trace}: the trace asks for {expected:.3g} requests, over the simulator's {MAX_REQUESTS:.0e}: "
+            "shorten it (--duration-s) or scale rate_rps down (and the replicas with it)"
+        )
+    return setup
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
