@@ -36,6 +36,11 @@ ROOT_CEL: tuple[tuple[str, str, str | None], ...] = (
     ),
 )
 
+# The spec's bounds that tools outside admission (`tailtune simulate`, `tailtune plan`) apply too.
+MAX_BATCH_SIZE = 4096  # Triton max_batch_size, the engine profile's max, every batch size in the spec
+MAX_REPLICAS = 1000
+MAX_INSTANCES_PER_GPU = 16
+
 DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:25.01-py3"
 DEFAULT_BUILDER_IMAGE = "ghcr.io/tailtune/engine-builder:0.1.0-trt25.01"
 
@@ -117,9 +122,9 @@ class OptimizationProfile(Model):
 
     cel = (("self.opt <= self.max", "optimizationProfile.opt must be <= optimizationProfile.max", None),)
 
-    opt: Annotated[int, Field(ge=1, le=4096, description="Batch size TensorRT tunes kernels for.")] = 8
+    opt: Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE, description="Batch size TensorRT tunes kernels for.")] = 8
     max: Annotated[
-        int, Field(ge=1, le=4096, description="Largest batch the engine accepts (Triton's upper bound).")
+        int, Field(ge=1, le=MAX_BATCH_SIZE, description="Largest batch the engine accepts (Triton's upper bound).")
     ] = 32
 
     @model_validator(mode="after")
@@ -231,8 +236,8 @@ class Replicas(Model):
 
     cel = (("self.min <= self.max", "replicas.min must be <= replicas.max", None),)
 
-    min: Annotated[int, Field(ge=0, le=1000, description="Fewest serving pods.")] = 1
-    max: Annotated[int, Field(ge=1, le=1000, description="Most serving pods.")] = 1
+    min: Annotated[int, Field(ge=0, le=MAX_REPLICAS, description="Fewest serving pods.")] = 1
+    max: Annotated[int, Field(ge=1, le=MAX_REPLICAS, description="Most serving pods.")] = 1
     scale_in_stabilization_seconds: Annotated[
         int | None,
         Field(
@@ -282,9 +287,9 @@ class Batching(Model):
         ),
     )
 
-    max_batch_size: Annotated[int, Field(ge=1, le=4096, description="Triton max_batch_size.")] = 8
+    max_batch_size: Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE, description="Triton max_batch_size.")] = 8
     preferred_batch_sizes: Annotated[
-        list[Annotated[int, Field(ge=1, le=4096)]],
+        list[Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]],
         Field(max_length=16, description="Triton preferred_batch_size list."),
     ] = Field(default_factory=list)
     max_queue_delay_microseconds: Annotated[
@@ -314,7 +319,9 @@ class Serving(Model):
     )
     replicas: Annotated[Replicas, Field(description="Replica bounds.")] = Replicas()
     gpu: Annotated[Gpu, Field(description="GPU product and count per pod.")]
-    instances_per_gpu: Annotated[int, Field(ge=1, le=16, description="Triton model instances per GPU.")] = 1
+    instances_per_gpu: Annotated[
+        int, Field(ge=1, le=MAX_INSTANCES_PER_GPU, description="Triton model instances per GPU.")
+    ] = 1
     batching: Annotated[Batching, Field(description="Initial dynamic batching; the tuner moves it.")] = Batching()
     queue_policy: Annotated[QueuePolicy, Field(description="Triton queue policy.")] = QueuePolicy()
     resources: Annotated[ResourceRequirements, Field(description="CPU/memory resources.")] = ResourceRequirements()
@@ -332,7 +339,7 @@ class Warmup(Model):
     """Triton model_warmup: the pod is Ready only after these ran."""
 
     batch_sizes: Annotated[
-        list[Annotated[int, Field(ge=1, le=4096)]],
+        list[Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]],
         Field(max_length=16, description="One warmup sample per batch size."),
     ] = Field(default_factory=lambda: [1])
     count: Annotated[int, Field(ge=1, le=100, description="Runs per sample.")] = 2
@@ -444,7 +451,7 @@ class Tuning(Model):
         min=0, max=10_000
     )
     preferred_batch_sizes: Annotated[
-        list[Annotated[int, Field(ge=1, le=4096)]],
+        list[Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]],
         Field(max_length=16, description="Candidate preferred sizes; empty lets the tuner choose."),
     ] = Field(default_factory=list)
     max_batch_step: Annotated[

@@ -11,6 +11,10 @@ import numpy.typing as npt
 
 Times = npt.NDArray[np.float64]
 
+# The simulator keeps every request's arrival and latency in memory and runs each through Python: past this
+# many expected requests a run would exhaust memory or take hours, and the tools that run it refuse it.
+MAX_REQUESTS = 20_000_000
+
 
 @dataclass(frozen=True)
 class Trace:

@@ -4,18 +4,29 @@ It feeds the curve to the law's own planner (`best_plan`) as if every batch size
 simulates Poisson arrivals at that load to predict the P99 and throughput, next to Triton's default. When no
 config within --replicas-max carries the load it says how many replicas would and exits 1; when no config at
 all can meet the SLO (one request alone takes longer, or queueing behind one does) it says so and exits 2.
+A bad flag exits 2 too, with one line on stderr that names it and the range it takes.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import TextIO
 
 import numpy as np
 
-from tailtune.api.v1alpha1 import Batching, IntRange, Replicas, Slo, Tuning
-from tailtune.sim import SimCluster, linear_power, named_curve, poisson
+from tailtune.api.v1alpha1 import (
+    MAX_BATCH_SIZE,
+    MAX_INSTANCES_PER_GPU,
+    MAX_REPLICAS,
+    Batching,
+    IntRange,
+    Replicas,
+    Slo,
+    Tuning,
+)
+from tailtune.sim import MAX_REQUESTS, SimCluster, linear_power, named_curve, poisson
 from tailtune.sim.curves import CURVES, ServiceCurve
 from tailtune.tuner.law import best_plan
 from tailtune.tuner.model import predict
@@ -41,6 +52,55 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=120.0, help="simulated seconds (default 120)")
     p.add_argument("--seed", type=int, default=0, help="arrival seed (default 0)")
     return p
+
+
+def _bad_flag(args: argparse.Namespace) -> str | None:
+    """What is wrong with the flags, naming the flag and the range it takes (the spec's, where it has one)."""
+
+    def finite(x: float) -> bool:
+        return math.isfinite(x)
+
+    checks = [
+        (finite(args.rate) and args.rate > 0, "--rate must be > 0 and finite (requests/s)"),
+        (
+            finite(args.slo_ms) and 0 < args.slo_ms <= 600_000,
+            "--slo-ms must be in (0, 600000] (as the spec's slo.latencyMs)",
+        ),
+        (50 <= args.percentile <= 99.99, "--percentile must be in [50, 99.99] (as the spec's slo.percentile)"),
+        (0 < args.headroom < 1, "--headroom must be in (0, 1) (as the spec's tuning.headroom)"),
+        (finite(args.a_ms) and args.a_ms >= 0, "--a-ms must be >= 0 and finite"),
+        (finite(args.c_ms) and args.c_ms >= 0, "--c-ms must be >= 0 and finite"),
+        (args.a_ms + args.c_ms > 0, "--a-ms and --c-ms cannot both be 0: a batch takes some time"),
+        (finite(args.p) and args.p >= 0, "--p must be >= 0 and finite (a batch never takes less than a smaller one)"),
+        (
+            1 <= args.engine_max_batch <= MAX_BATCH_SIZE,
+            f"--engine-max-batch must be 1..{MAX_BATCH_SIZE} (as the spec's serving.batching.maxBatchSize)",
+        ),
+        (
+            1 <= args.replicas_max <= MAX_REPLICAS,
+            f"--replicas-max must be 1..{MAX_REPLICAS} (as the spec's replicas.max)",
+        ),
+        (
+            1 <= args.instances <= MAX_INSTANCES_PER_GPU,
+            f"--instances must be 1..{MAX_INSTANCES_PER_GPU} (as the spec's serving.instancesPerGpu)",
+        ),
+        (finite(args.seconds) and args.seconds > 0, "--seconds must be > 0 and finite"),
+        (args.seed >= 0, "--seed must be >= 0"),
+    ]
+    bad = next((message for ok, message in checks if not ok), None)
+    requests = (args.seconds + WARMUP_S) * args.rate
+    if bad is None and requests > MAX_REQUESTS:
+        bad = (
+            f"--seconds {args.seconds:g} at --rate {args.rate:g} is {requests:.3g} requests with the warm-up, over "
+            f"the simulator's {MAX_REQUESTS:.0e}: lower --seconds"
+        )
+    try:
+        top_ms = args.a_ms + args.c_ms * float(args.engine_max_batch) ** args.p
+    except OverflowError:
+        top_ms = math.inf
+    if bad is None and not args.curve and not math.isfinite(top_ms):
+        bad = f"--c-ms and --p: a batch of {args.engine_max_batch} takes longer than a float holds; lower them"
+    return bad
 
 
 def _predict(
@@ -71,6 +131,10 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     than --replicas-max are needed, 2 when no config can meet the SLO."""
     args = _parser().parse_args(argv)
     stream = out or sys.stdout
+    bad = _bad_flag(args)
+    if bad is not None:
+        print(f"tailtune plan: {bad}", file=sys.stderr)
+        return 2
     curve = named_curve(args.curve) if args.curve else linear_power(args.a_ms, args.c_ms, args.p)
     top = args.engine_max_batch
     policy = Policy.from_spec(

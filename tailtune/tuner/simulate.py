@@ -19,11 +19,12 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from tailtune.api.v1alpha1 import MAX_INSTANCES_PER_GPU, MAX_REPLICAS
+from tailtune.sim import MAX_REQUESTS
 from tailtune.tuner.whatif import InputError, Setup, plot, read_curve, read_trace, summarize
 
-# The simulator keeps every request's arrival and latency in memory and runs each through Python: past this
-# many expected requests a run would exhaust memory or take hours, so it is refused with the figure.
-MAX_REQUESTS = 20_000_000
+# Each window runs the tuner's decision (tens of ms): past this many (a week of 30 s windows) a run takes hours.
+MAX_WINDOWS = 20_000
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,8 +54,15 @@ def _setup(args: argparse.Namespace) -> Setup:
     checks = [
         (0 < args.slo_ms < math.inf, "--slo-ms must be > 0 and finite"),
         (0 < args.percentile < 100, "--percentile must be in (0, 100)"),
-        (args.instances >= 1, "--instances must be >= 1"),
-        (args.replicas >= 1, "--replicas must be >= 1"),
+        (
+            1 <= args.instances <= MAX_INSTANCES_PER_GPU,
+            f"--instances must be 1..{MAX_INSTANCES_PER_GPU} (as the spec's serving.instancesPerGpu)",
+        ),
+        (1 <= args.replicas <= MAX_REPLICAS, f"--replicas must be 1..{MAX_REPLICAS} (as the spec's replicas.max)"),
+        (
+            args.replicas_max is None or args.replicas_max <= MAX_REPLICAS,
+            f"--replicas-max must be <= {MAX_REPLICAS} (as the spec's replicas.max)",
+        ),
         (0 < args.interval_s < math.inf, "--interval-s must be > 0 and finite"),
         (0 <= args.p99_noise < 1, "--p99-noise must be in [0, 1)"),
         (args.start_max_batch >= 1, "--start-max-batch must be >= 1"),
@@ -64,6 +72,8 @@ def _setup(args: argparse.Namespace) -> Setup:
     for ok, message in checks:
         if not ok:
             raise InputError(message)
+    if args.plot is not None and (args.plot.suffix.lower() != ".png" or not args.plot.parent.is_dir()):
+        raise InputError(f"--plot {args.plot}: name a .png file in a folder that exists")
     gap = None
     if args.gap:
         try:
@@ -94,6 +104,12 @@ def _setup(args: argparse.Namespace) -> Setup:
     )
     end = setup.end_s
     expected = sum(rate * (min(b, end) - a) for a, b, rate in setup.segments if a < end)
+    windows = end / setup.interval_s
+    if windows > MAX_WINDOWS:
+        raise InputError(
+            f"{args.trace}: {end:g} s of trace at --interval-s {setup.interval_s:g} is {windows:.3g} windows, over the "
+            f"simulator's {MAX_WINDOWS}: shorten it (--duration-s) or lengthen --interval-s"
+        )
     if expected > MAX_REQUESTS:
         raise InputError(
             f"{args.trace}: the trace asks for {expected:.3g} requests, over the simulator's {MAX_REQUESTS:.0e}: "
@@ -113,7 +129,11 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         print(f"tailtune simulate: {exc}", file=sys.stderr)
         return 2
     if args.plot:
-        plot(setup, [summary], args.plot)
+        try:
+            plot(setup, [summary], args.plot)
+        except OSError as exc:
+            print(f"tailtune simulate: --plot {args.plot}: cannot write ({exc.strerror})", file=sys.stderr)
+            return 2
     if args.json:
         print(json.dumps(summary), file=stream)
         return 0

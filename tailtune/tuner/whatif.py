@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tailtune.api.v1alpha1 import Batching
+from tailtune.api.v1alpha1 import MAX_BATCH_SIZE, Batching
 from tailtune.sim import SimCluster
 from tailtune.sim.arrivals import piecewise_poisson
 from tailtune.sim.curves import PiecewiseCurve
@@ -61,6 +61,11 @@ def read_curve(path: Path) -> PiecewiseCurve:
             raise InputError(f"{path}:{line}: batch must be an integer and ms a number ({exc})") from exc
         if batch < 1 or not (ms > 0 and math.isfinite(ms)):
             raise InputError(f"{path}:{line}: batch must be >= 1 and ms > 0, got batch={batch} ms={ms}")
+        if batch > MAX_BATCH_SIZE:
+            raise InputError(
+                f"{path}:{line}: batch {batch} is past {MAX_BATCH_SIZE}, the largest max_batch_size the spec takes "
+                "(serving.batching.maxBatchSize); drop the line"
+            )
         if batch in pts:
             raise InputError(f"{path}:{line}: batch {batch} is given twice; keep one measurement per size")
         pts[batch] = ms
@@ -92,9 +97,11 @@ def read_trace(path: Path) -> tuple[tuple[float, float, float], ...]:
 
 def _rows(path: Path, header: tuple[str, str]) -> list[tuple[int, dict[str, str]]]:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's export may start with a byte-order mark
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); save it as CSV, UTF-8") from exc
     reader = csv.DictReader(text.splitlines())
     if reader.fieldnames is None or tuple(f.strip() for f in reader.fieldnames) != header:
         raise InputError(f"{path}:1: the header must be `{','.join(header)}`, got {reader.fieldnames!r}")

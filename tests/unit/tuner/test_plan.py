@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from tailtune.tuner.plan import main
 
 
@@ -47,3 +49,32 @@ def test_plan_scales_out_when_one_replica_cannot_serve() -> None:
     assert main(args, out) == 0
     start = next(line for line in out.getvalue().splitlines() if line.startswith("start config"))
     assert start.endswith("replicas 3")
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--rate", "-5"], "--rate"),
+        (["--rate", "nan"], "--rate"),
+        (["--slo-ms", "0"], "--slo-ms"),
+        (["--percentile", "100"], "--percentile"),
+        (["--headroom", "2"], "--headroom"),
+        (["--p", "-3"], "--p"),
+        (["--p", "200"], "--p"),
+        (["--a-ms", "0", "--c-ms", "0"], "--a-ms"),
+        (["--engine-max-batch", "100000"], "--engine-max-batch"),
+        (["--replicas-max", "100000"], "--replicas-max"),
+        (["--instances", "0"], "--instances"),
+        (["--seconds", "1e9"], "--seconds"),
+        (["--seed", "-1"], "--seed"),
+    ],
+)
+def test_plan_bad_flags_exit_2_naming_the_flag(
+    capsys: pytest.CaptureFixture[str], flags: list[str], named: str
+) -> None:
+    """A bad flag: exit 2 and one line on stderr that names it, before any planning (each of these was a
+    traceback, a hang or a nan table before)."""
+    out = io.StringIO()
+    assert main(["--rate", "100", "--slo-ms", "30", *flags], out) == 2
+    err = capsys.readouterr().err
+    assert out.getvalue() == "" and named in err and "Traceback" not in err, err

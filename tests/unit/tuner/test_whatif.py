@@ -30,6 +30,7 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
         ("batch,ms\n1,-2\n", 2),
         ("batch,ms\n1,2\n2,\n", 3),
         ("batch,ms\n1,2,3\n", 2),
+        ("batch,ms\n1,2\n100000000,5\n", 3),
     ],
     ids=[
         "bad-header",
@@ -41,6 +42,7 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
         "negative",
         "empty",
         "extra",
+        "past-the-spec's-max-batch",
     ],
 )
 def test_bad_curve_names_file_and_line(tmp_path: Path, text: str, line: int) -> None:
@@ -83,6 +85,19 @@ def test_missing_or_empty_files(tmp_path: Path) -> None:
         read_curve(tmp_path / "nope.csv")
     with pytest.raises(InputError, match=r"curve\.csv: no points"):
         read_curve(_write(tmp_path, "curve.csv", "batch,ms\n"))
+
+
+def test_a_file_that_is_not_text_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "curve.csv"
+    path.write_bytes(b"\xff\xfe\x00batch,ms\n")
+    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}: not UTF-8 text"):
+        read_curve(path)
+
+
+def test_a_spreadsheets_byte_order_mark_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "curve.csv"
+    path.write_bytes("batch,ms\n1,2\n8,5\n".encode("utf-8-sig"))
+    assert read_curve(path).points == ((1, 2.0), (8, 5.0))
 
 
 def test_good_files_parse(tmp_path: Path) -> None:
@@ -172,6 +187,12 @@ def test_do_no_harm_from_the_operators_start_config() -> None:
         (["--seed", "-1"], "--seed"),
         (["--replicas", "2", "--replicas-max", "1"], "--replicas-max"),
         (["--policy", "static:0:0"], "static:0:0"),
+        (["--instances", "17"], "--instances"),
+        (["--replicas", "1001"], "--replicas"),
+        (["--replicas-max", "1001"], "--replicas-max"),
+        (["--interval-s", "0.001"], "--interval-s"),
+        (["--plot", "plot.jpgx"], "--plot"),
+        (["--plot", "no/such/folder/plot.png"], "--plot"),
     ],
 )
 def test_simulate_bad_flags_exit_2_naming_the_flag(
@@ -203,3 +224,18 @@ def test_simulate_refuses_a_trace_past_what_it_can_hold(tmp_path: Path, capsys: 
     assert out.out == "" and "t.csv" in out.err and "--duration-s" in out.err and "Traceback" not in out.err, out
     setup = _setup(_parser().parse_args([*args, "--duration-s", "40"]))
     assert setup.end_s == 40
+
+
+def test_simulate_refuses_a_trace_of_more_windows_than_it_can_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A long idle trace asks for no requests but billions of tuner decisions: exit 2 naming the trace and the
+    way out, at once (it ran for hours before)."""
+    from tailtune.tuner.simulate import MAX_WINDOWS, main
+
+    curve = _write(tmp_path, "c.csv", "batch,ms\n1,2\n8,6\n")
+    trace = _write(tmp_path, "t.csv", f"t_s,rate_rps\n0,0\n{30 * (MAX_WINDOWS + 1)},0\n")
+    assert main(["--curve", str(curve), "--trace", str(trace), "--slo-ms", "30"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and "t.csv" in out.err and "--duration-s" in out.err and "--interval-s" in out.err, out
+    assert "Traceback" not in out.err
