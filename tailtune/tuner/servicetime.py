@@ -15,6 +15,7 @@ proportion to the batch). Below the smallest measured size it takes that size's 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -28,6 +29,9 @@ Source = Literal["build", "live"]
 MIN_LIVE_SAMPLES = 5
 # Live samples a point remembers: older windows fade so a drifting device is followed.
 MEMORY_SAMPLES = 400
+# Live sizes remembered: the tuner's state lives in an annotation (256 KiB for all of them, ~70 bytes a point),
+# and an engine of max batch 4096 executes thousands of sizes.
+MAX_LIVE_POINTS = 256
 
 
 class CurvePoint(BaseModel):
@@ -60,11 +64,14 @@ class Estimate:
 
 
 def learn(points: Sequence[CurvePoint], samples: Iterable[BatchSample]) -> tuple[CurvePoint, ...]:
-    """Merge one read of live batch statistics into the live points (sample-weighted, bounded memory)."""
+    """Merge one read of live batch statistics into the live points (sample-weighted, bounded memory: at most
+    `MAX_LIVE_POINTS` sizes, those of this read first, by count, then the best-sampled of the others)."""
     by_size = {p.batch: p for p in points if p.source == "live"}
+    seen: dict[int, int] = {}
     for s in samples:
         if s.count <= 0 or not s.ms > 0 or s.batch < 1:
             continue
+        seen[s.batch] = seen.get(s.batch, 0) + s.count
         old = by_size.get(s.batch)
         if old is None:
             by_size[s.batch] = CurvePoint(batch=s.batch, ms=s.ms, samples=min(s.count, MEMORY_SAMPLES))
@@ -73,6 +80,9 @@ def learn(points: Sequence[CurvePoint], samples: Iterable[BatchSample]) -> tuple
         total = kept + s.count
         ms = (old.ms * kept + s.ms * s.count) / total
         by_size[s.batch] = CurvePoint(batch=s.batch, ms=ms, samples=min(total, MEMORY_SAMPLES))
+    if len(by_size) > MAX_LIVE_POINTS:
+        ranked = sorted(by_size.values(), key=lambda p: (-seen.get(p.batch, 0), -p.samples, p.batch))
+        by_size = {p.batch: p for p in ranked[:MAX_LIVE_POINTS]}
     return tuple(sorted(by_size.values(), key=lambda p: p.batch))
 
 
@@ -114,11 +124,12 @@ class Curve:
             return Estimate(ys[0], False)
         if batch > xs[-1]:
             return Estimate(ys[-1] * batch / xs[-1], True)
-        for k in range(1, len(xs)):
-            if batch <= xs[k]:
-                w = (batch - xs[k - 1]) / (xs[k] - xs[k - 1])
-                return Estimate(ys[k - 1] + w * (ys[k] - ys[k - 1]), False)
-        return Estimate(ys[-1], False)
+        # The first measured size at or above the batch (live statistics can measure every size up to max batch).
+        k = bisect.bisect_left(xs, batch)
+        if xs[k] == batch:
+            return Estimate(ys[k], False)
+        w = (batch - xs[k - 1]) / (xs[k] - xs[k - 1])
+        return Estimate(ys[k - 1] + w * (ys[k] - ys[k - 1]), False)
 
     def ms(self, batch: float) -> float:
         """t(batch) in ms."""

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tailtune.tuner.servicetime import (
+    MAX_LIVE_POINTS,
     MEMORY_SAMPLES,
     MIN_LIVE_SAMPLES,
     BatchSample,
@@ -141,6 +142,28 @@ def test_learn_memory_bounded_and_follows_drift() -> None:
         assert pts[0].samples <= MEMORY_SAMPLES
     # The device slowed down: the old figure fades.
     assert pts[0].ms > 19.0
+
+
+def test_learn_keeps_at_most_max_live_points_and_this_reads_sizes_first() -> None:
+    """An engine of max batch 4096 executes thousands of sizes; the tuner's state (an annotation, 256 KiB in all)
+    keeps at most MAX_LIVE_POINTS of them, and a load that moves to new sizes is learned at once."""
+    old = learn((), [BatchSample(batch=b, count=MEMORY_SAMPLES, ms=1.0 + b) for b in range(1, 2000)])
+    assert len(old) == MAX_LIVE_POINTS
+    assert [p.batch for p in old] == sorted(p.batch for p in old)
+    rng = np.random.default_rng(8)
+    for _ in range(20):
+        sizes = sorted({int(x) for x in rng.integers(2000, 4097, size=int(rng.integers(1, 2 * MAX_LIVE_POINTS)))})
+        read = [BatchSample(batch=b, count=int(rng.integers(1, 4)), ms=2.0 + b) for b in sizes]
+        new = learn(old, read)
+        assert len(new) <= MAX_LIVE_POINTS
+        kept = {p.batch for p in new}
+        # Every size of this read is kept while they fit; past the bound, the most executed of them.
+        if len(sizes) <= MAX_LIVE_POINTS:
+            assert set(sizes) <= kept
+        else:
+            assert kept <= set(sizes)
+            counts = {s.batch: s.count for s in read}
+            assert min(counts[b] for b in kept) >= max(counts[b] for b in set(sizes) - kept)
 
 
 def test_merged_live_replaces_build_with_enough_samples() -> None:
