@@ -372,7 +372,11 @@ async def tune_step(
     )
     deferred = _Deferred()
     policy = policy_for(isvc, build_curve(isvc))
-    new_state, new_in_force, decision = tune_once(_Window(observation), deferred, deferred, state, applied, policy, now)
+    # The decision is CPU work (seconds on a curve measured at every size of a large engine): off the event loop,
+    # so the other resources' handlers, watches and the health probe go on meanwhile.
+    new_state, new_in_force, decision = await asyncio.to_thread(
+        tune_once, _Window(observation), deferred, deferred, state, applied, policy, now
+    )
     annotations: dict[str, str] = {}
     rollout = RolloutState.from_annotations(isvc.metadata.annotations) if isvc.spec.tuning.mode == "hot" else None
     if rollout is not None or (decision.changed and isvc.spec.tuning.mode == "hot"):

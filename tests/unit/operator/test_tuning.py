@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from datetime import UTC, datetime
+from typing import Any
+from unittest import mock
 
 from tailtune.api.keys import APPLIED_ANNOTATION, TUNER_STATE_ANNOTATION
 from tailtune.api.v1alpha1 import Batching, Condition, InferenceService, LatencyStatus, ObjectMeta
@@ -149,3 +152,40 @@ def test_slo_condition_moved() -> None:
     within = InferenceService.model_validate(raw)
     assert not slo_condition_moved(within, 12.0)
     assert slo_condition_moved(within, 45.0)
+
+
+def test_the_decision_runs_off_the_event_loop() -> None:
+    """A decision is CPU work (seconds on a curve measured at every size of a large engine): while it runs, the
+    operator's other coroutines (other resources' handlers, watches, the health probe) keep running."""
+    from tailtune.operator import tuning
+
+    real = tuning.tune_once
+
+    def slow(*args: Any) -> Any:
+        time.sleep(0.5)
+        return real(*args)
+
+    obs = Observation(
+        window_end=NOW, span_seconds=60, p_latency_ms=10.0, request_rate=100.0, queue_ms=1.0, compute_ms=5.0,
+        avg_batch=2.0, ready_replicas=1, sample_count=6000,
+    )  # fmt: skip
+
+    async def both() -> int:
+        ticks = 0
+        done = asyncio.Event()
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not done.is_set():
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        task = asyncio.create_task(ticker())
+        await tune_step(serving_isvc().obj(), FakeTunerCluster(SERVING), FixedReader(obs), NOW)
+        done.set()
+        await task
+        return ticks
+
+    with mock.patch.object(tuning, "tune_once", slow):
+        ticks = asyncio.run(both())
+    assert ticks >= 10, f"the event loop ran {ticks} times in a 0.5 s decision: it was blocked"

@@ -196,10 +196,16 @@ def test_do_no_harm_from_the_operators_start_config() -> None:
     ],
 )
 def test_simulate_bad_flags_exit_2_naming_the_flag(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], named: str
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    flags: list[str],
+    named: str,
 ) -> None:
     """`tailtune simulate` on a bad flag: exit 2 and one line on stderr that names it; no summary, no traceback."""
     from tailtune.tuner.simulate import main
+
+    monkeypatch.chdir(tmp_path)  # relative --plot paths land here, whatever happens
 
     curve = _write(tmp_path, "c.csv", "batch,ms\n1,2\n8,6\n")
     trace = _write(tmp_path, "t.csv", "t_s,rate_rps\n0,100\n60,0\n")
