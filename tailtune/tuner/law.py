@@ -94,6 +94,9 @@ SHARE_GAIN = 0.1
 FRAGILE_FACTOR = 1.5
 # Past the largest measured size the model is a bet: at most this many times that size.
 EXPLORE_REACH = 2
+# Measured sizes planned on: of those within one bin of this many per octave, the most efficient (live statistics
+# measure every executed size, and a candidate per size costs a planner pass each: minutes at max batch 1024).
+CANDIDATES_PER_OCTAVE = 4
 # A config a canary rejected is not planned again for this long at a demand within this share of the one
 # it failed at (`TunerState.rejected`).
 REJECTED_FOR = timedelta(minutes=30)
@@ -529,15 +532,29 @@ def candidate(curve: Curve, max_batch: int, delay_us: int, policy: Policy, calib
 
 
 def candidate_sizes(curve: Curve, policy: Policy) -> list[int]:
-    """Max batch sizes worth evaluating: measured sizes, powers of two and their midpoints, the bounds."""
+    """Max batch sizes worth evaluating: measured sizes (`_measured_sizes`), powers of two and their midpoints,
+    the bounds."""
     low = max(policy.batch_min, policy.warmup_max)
     high = max(low, min(policy.batch_max, EXPLORE_REACH * max(1, curve.largest)))
-    sizes = {low, high, *curve.sizes}
+    sizes = {low, high, *_measured_sizes(curve)}
     b = 1
     while b <= high:
         sizes.update({b, b + b // 2})
         b *= 2
     return sorted(s for s in sizes if low <= s <= high)
+
+
+def _measured_sizes(curve: Curve) -> set[int]:
+    """The measured sizes worth a candidate: in each bin of 1/`CANDIDATES_PER_OCTAVE` of an octave the one that
+    serves the most per ms (b / t(b): a plateau's top, where a stepwise curve's best max batch lies), and the
+    largest. A ladder of powers of two and their midpoints keeps every size; dense live sizes keep a few."""
+    best: dict[int, int] = {}
+    for b, ms in zip(curve.sizes, curve.times, strict=True):
+        key = math.floor(CANDIDATES_PER_OCTAVE * math.log2(b) + 1e-9)
+        kept = best.get(key)
+        if kept is None or b / ms >= kept / curve.ms(kept):
+            best[key] = b
+    return {*best.values(), curve.largest} if curve else set()
 
 
 def candidate_delays(curve: Curve, max_batch: int, policy: Policy) -> list[int]:

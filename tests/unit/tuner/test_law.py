@@ -34,6 +34,7 @@ from tests.unit.tuner.families import (
     superlinear,
     window,
 )
+from tests.unit.tuner.families import make_curve as families_curve
 
 CASES = 300
 
@@ -797,3 +798,28 @@ def test_i_a_batching_left_past_the_slo_is_remembered_even_where_nothing_holds_i
         infeasible += d.infeasible
         assert any(x.batching == left for x in d.state.rejected), (i, d.reason)
     assert infeasible >= 5, infeasible
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_k_dense_measured_sizes_leave_few_candidates_none_worse_than_a_dropped_size(kind: str) -> None:
+    """Live statistics measure every executed size (up to max batch 4096): the planner keeps, per bin of a
+    quarter octave, the measured size that serves the most per ms, so the candidates stay a few per octave and
+    every dropped size has a kept one within a quarter octave that is at least as efficient. A ladder of powers
+    of two and their midpoints is kept whole."""
+    rng = np.random.default_rng(23)
+    for _ in range(40):
+        t = families_curve(rng, kind)
+        top = int(rng.choice([64, 256, 1024, 4096]))
+        sizes = sorted({int(b) for b in rng.integers(1, top + 1, size=int(rng.integers(top // 2, top + 1)))} | {top})
+        curve = Curve([CurvePoint(batch=b, ms=t(b) * float(rng.uniform(0.97, 1.03))) for b in sizes])
+        kept = law._measured_sizes(curve)
+        assert kept <= set(sizes) and top in kept
+        assert len(kept) <= law.CANDIDATES_PER_OCTAVE * (math.log2(top) + 1) + 1, (kind, top, len(kept))
+        for b in sizes:
+            assert any(
+                max(k, b) < 2 ** (1 / law.CANDIDATES_PER_OCTAVE) * min(k, b) and k / curve.ms(k) >= b / curve.ms(b)
+                for k in kept
+            ), (kind, b)
+        ladder_sizes = sorted({*(2**i for i in range(13)), *(3 * 2**i for i in range(12))})
+        sparse = Curve([CurvePoint(batch=b, ms=t(b)) for b in ladder_sizes])
+        assert law._measured_sizes(sparse) == set(ladder_sizes)
