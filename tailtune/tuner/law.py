@@ -548,13 +548,12 @@ def _measured_sizes(curve: Curve) -> set[int]:
     """The measured sizes worth a candidate: in each bin of 1/`CANDIDATES_PER_OCTAVE` of an octave the one that
     serves the most per ms (b / t(b): a plateau's top, where a stepwise curve's best max batch lies), and the
     largest. A ladder of powers of two and their midpoints keeps every size; dense live sizes keep a few."""
-    best: dict[int, int] = {}
+    best: dict[int, tuple[float, int]] = {}  # bin -> (requests per ms, size)
     for b, ms in zip(curve.sizes, curve.times, strict=True):
         key = math.floor(CANDIDATES_PER_OCTAVE * math.log2(b) + 1e-9)
-        kept = best.get(key)
-        if kept is None or b / ms >= kept / curve.ms(kept):
-            best[key] = b
-    return {*best.values(), curve.largest} if curve else set()
+        if key not in best or b / ms >= best[key][0]:
+            best[key] = (b / ms, b)
+    return {*(b for _, b in best.values()), curve.largest} if curve else set()
 
 
 def candidate_delays(curve: Curve, max_batch: int, policy: Policy) -> list[int]:

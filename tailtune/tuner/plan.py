@@ -56,10 +56,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _bad_flag(args: argparse.Namespace) -> str | None:
     """What is wrong with the flags, naming the flag and the range it takes (the spec's, where it has one)."""
-
-    def finite(x: float) -> bool:
-        return math.isfinite(x)
-
+    finite = math.isfinite
     checks = [
         (finite(args.rate) and args.rate > 0, "--rate must be > 0 and finite (requests/s)"),
         (
