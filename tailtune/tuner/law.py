@@ -28,7 +28,8 @@ and the replicas it would take).
 
 The gates stay: missing data, windows already judged, windows overlapping the last change, replicas not
 ready, noise (K bad windows; one when it shows overload, or a latency past the SLO that the model foretold for
-the config in force at the measured demand where another config holds the SLO with the margin), hysteresis (a
+the config in force at the measured demand where another config holds the SLO with the margin, or, where none
+holds it at the demand, answers a good deal more of the demand within it), hysteresis (a
 band between the aim and the comfort line; no reload for a few percent while the config in force holds, nor,
 where nothing keeps the aim, while it holds the SLO with room; a scale-in only to a count the model puts below
 the comfort line, never while the demand rises; the batching judged at the replicas kept, not a plan's fewer,
@@ -246,9 +247,6 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         # is overrun an interval later. Short of the SLO, the plan keeps up with it with the margin.
         peak = max(peak, ahead * policy.demand_margin)
     plan = best_plan(curve, load, policy, mild, backlog=r.saturated, avoid=avoid, peak_rps=peak)
-    # Where nothing within the bounds holds the SLO with the margin, a second window shows more of the demand (a
-    # burst the plan must keep up with) before a bet on a config that may not.
-    relieve = confirmed or (foretold and plan.feasible)
     # Evidence beats the model: a config in force that breaks the SLO window after window while the model rates
     # it better than the share of calibration other configs get is left (and not planned again at this demand,
     # as after a canary's rejection) for another config that holds the SLO at the measured demand even with the
@@ -283,6 +281,19 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     at_risk = in_force.replicas * observed.carries() < load or fragile
     relax = st.good_windows >= policy.good_windows
     cap_total = plan.replicas * plan.candidate.capacity_rps
+    if plan.within_slo_only:
+        # The plan's candidates were judged against the SLO, not the aim: so is the config in force here.
+        at_slo = policy.model_copy(update={"headroom": 1.0})
+        current = candidate(curve, mb, delay, at_slo, mild)
+        current = current if rising else _as_delivered(current, r, in_force)
+    # (A share plan is made only without a backlog: `current` is the config in force as the model has it.)
+    in_share = 0.0 if plan.share is None else share(curve, current, r.demand_rps, policy, mild, plan.replicas)
+    # Where nothing within the bounds holds the SLO with the margin, a second window shows more of the demand (a
+    # burst the plan must keep up with) before a bet on a config that may not; unless nothing holds the SLO at the
+    # demand itself and the plan answers a good deal more of it within the SLO than the config in force, whose
+    # break the model foretold: a second window there is a window more of the goodput lost (the move is the one
+    # `_choose` makes a window later, on the same model).
+    relieve = confirmed or (foretold and (plan.feasible or _share_gained(plan, in_share)))
     if not relieve and not relax and not (at_risk and not bad):
         code, why = (
             (CONFIRMING, f"bad window {st.bad_windows}/{policy.bad_windows}")
@@ -310,13 +321,6 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
             capacity_rps=cap_total,
         )
 
-    if plan.within_slo_only:
-        # The plan's candidates were judged against the SLO, not the aim: so is the config in force here.
-        at_slo = policy.model_copy(update={"headroom": 1.0})
-        current = candidate(curve, mb, delay, at_slo, mild)
-        current = current if rising else _as_delivered(current, r, in_force)
-    # (A share plan is made only without a backlog: `current` is the config in force as the model has it.)
-    in_share = 0.0 if plan.share is None else share(curve, current, r.demand_rps, policy, mild, plan.replicas)
     peak_need = max(d for _, d in recent) * policy.demand_margin
     target, replicas, held = _choose(plan, current, in_force, r, relieve, policy, avoid, in_share, peak_need)
     kept_note = (
@@ -696,6 +700,14 @@ def share(
     )
 
 
+def _share_gained(plan: Plan, current_share: float) -> bool:
+    """Short of the SLO whatever the config (a share plan): the plan answers a good deal more of the demand within
+    the SLO than the config in force (`current_share`), by a share of it and by a ratio."""
+    return plan.share is not None and (
+        plan.share - current_share >= SHARE_GAIN and current_share * SWITCH_GAIN < plan.share
+    )
+
+
 def _choose(
     plan: Plan,
     current: Candidate,
@@ -721,11 +733,7 @@ def _choose(
         # around where batches settle, misses those excursions).
         # (Every config breaks the SLO here: one left earlier for breaking it is no worse for that.)
         runs_away = current.burst_rps * replicas < plan.load_rps <= target.burst_rps * replicas
-        if (
-            current.max_batch >= policy.warmup_max
-            and not runs_away
-            and (current_share * SWITCH_GAIN >= plan.share or plan.share - current_share < SHARE_GAIN)
-        ):
+        if current.max_batch >= policy.warmup_max and not runs_away and not _share_gained(plan, current_share):
             target = current
     else:
         # The load per replica at the count that will be in force: no scale-in while relieving bad windows, under

@@ -336,3 +336,65 @@ def test_where_nothing_keeps_the_aim_a_config_holding_the_slo_with_room_is_kept(
             target = law.candidate(curve, *after, at_slo, mild)
             assert target.burst_rps >= law.BURST_GAIN * current.burst_rps, (i, d.reason)
     assert kept >= 20, kept
+
+
+def test_a_foretold_break_where_nothing_holds_the_slo_is_left_after_one_window_for_much_more_goodput() -> None:
+    """Where nothing holds the SLO at the demand, a window past the SLO that the model foretold for the config in
+    force is acted on at once when the plan answers a good deal more of the demand within it (SHARE_GAIN, and
+    SWITCH_GAIN times as much); short of that gain it is a bad window to confirm. Generated: stepwise curves (a
+    plateau, a steep profile edge), a large max batch in force, a demand nothing carries within the SLO."""
+    from tailtune.api.v1alpha1 import Batching
+    from tailtune.tuner.servicetime import Curve, CurvePoint
+    from tailtune.tuner.types import InForce, Policy, TunerState
+
+    rng = np.random.default_rng(1212)
+    acted = confirmed = 0
+    for i in range(200):
+        ladder = list(_stepwise(rng).points)
+        a = ladder[0][1]
+        slo = round(float(rng.uniform(1.5, 4.0)) * a, 2)
+        policy = Policy(
+            slo_ms=slo, batch_max=64, replicas_max=1, build_curve=tuple(CurvePoint(batch=b, ms=ms) for b, ms in ladder)
+        )
+        curve = Curve(policy.build_curve)
+        big = int(rng.choice([16, 32, 64]))
+        most = law.candidate(curve, big, 0, policy, 1.0).capacity_rps
+        rate = float(rng.uniform(0.3, 0.8)) * most
+        in_force = InForce(batching=Batching(max_batch_size=big), replicas=1, changed_at=NOW - timedelta(minutes=5))
+        per_ms = predict(curve.ms, big, 0, 1, rate, 99.0).p_ms
+        if per_ms <= slo:
+            continue  # not foretold
+        obs = steady_window(per_ms * float(rng.uniform(0.9, 1.3)), rate, replicas=1, queue_ms=0.5, compute_ms=a)
+        if (obs.p_latency_ms or 0.0) <= slo:
+            continue
+        d = law.decide(TunerState(last_window_end=NOW - timedelta(seconds=30)), in_force, obs, policy, NOW)
+        plan = law.best_plan(curve, rate * policy.demand_margin, policy, 1.0, backlog=False, peak_rps=rate)
+        if plan.share is None:
+            continue  # something holds the SLO at the demand (with or without the margin): other rules
+        at_slo = policy.model_copy(update={"headroom": 1.0})
+        in_share = law.share(curve, law.candidate(curve, big, 0, at_slo, 1.0), rate, policy, 1.0, plan.replicas)
+        if plan.share - in_share >= 1.2 * law.SHARE_GAIN and in_share * law.SWITCH_GAIN * 1.2 < plan.share:
+            acted += 1
+            assert d.action == "change" and d.reason_code != law.CONFIRMING, (i, ladder, slo, rate, d.reason)
+            assert d.batching.max_batch_size < big, (i, d.reason)
+        elif plan.share - in_share < 0.8 * law.SHARE_GAIN:
+            confirmed += 1
+            assert (d.action, d.reason_code) == ("hold", law.CONFIRMING), (i, ladder, slo, rate, d.reason)
+    assert acted >= 8 and confirmed >= 3, (acted, confirmed)
+
+
+def test_seed_7_008_a_foretold_collapse_is_left_after_one_window() -> None:
+    """Bench seed 7's 008 (stepwise curve with edges at 4 and 8, 2 instances, 1 replica, 459 req/s from t = 0):
+    the config in force (max batch 64) answers about a quarter of the demand within the SLO, max batch 4 about
+    three quarters. The law left it after two windows (0.863 of the oracle's goodput); after one now."""
+    points = ((1, 6.9628), (2, 6.9628), (4, 6.9628), (8, 16.161), (12, 26.3812), (16, 27.4033), (24, 29.4473))
+    points += ((32, 31.4914), (48, 35.5794), (64, 39.6675))
+    setup = Setup(
+        PiecewiseCurve(points, "seed7-008"), ((0.0, 120.0, 459.37),), 21.15, instances=2, start_max_batch=64, seed=1015
+    )
+    tailtune = summarize(setup, "tailtune")
+    timeline = tailtune["timeline"]
+    assert isinstance(timeline, list)
+    assert timeline[0]["max_batch"] == 64 and timeline[1]["max_batch"] < 64, timeline
+    # ... for a batching that answers more within the SLO than the one left.
+    assert timeline[1]["goodput_rps"] > 1.5 * timeline[0]["goodput_rps"], timeline
