@@ -291,9 +291,10 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     # Where nothing within the bounds holds the SLO with the margin, a second window shows more of the demand (a
     # burst the plan must keep up with) before a bet on a config that may not; unless nothing holds the SLO at the
     # demand itself and the plan answers a good deal more of it within the SLO than the config in force, whose
-    # break the model foretold: a second window there is a window more of the goodput lost (the move is the one
-    # `_choose` makes a window later, on the same model).
-    relieve = confirmed or (foretold and (plan.feasible or _share_gained(plan, in_share)))
+    # break the model foretold, at a demand that did not just rise (a crowd's first window understates it): a
+    # second window there is a window more of the goodput lost (the move is the one `_choose` makes a window
+    # later, on the same model).
+    relieve = confirmed or (foretold and (plan.feasible or (_share_gained(plan, in_share) and not rising)))
     if not relieve and not relax and not (at_risk and not bad):
         code, why = (
             (CONFIRMING, f"bad window {st.bad_windows}/{policy.bad_windows}")

@@ -17,7 +17,7 @@ from tailtune.sim.curves import PiecewiseCurve
 from tailtune.tuner import law
 from tailtune.tuner.model import predict, settle
 from tailtune.tuner.whatif import Setup, summarize
-from tests.unit.tuner.families import NOW, steady_window
+from tests.unit.tuner.families import NOW, SPAN, steady_window
 
 
 def _stepwise(rng: np.random.Generator) -> PiecewiseCurve:
@@ -341,8 +341,9 @@ def test_where_nothing_keeps_the_aim_a_config_holding_the_slo_with_room_is_kept(
 def test_a_foretold_break_where_nothing_holds_the_slo_is_left_after_one_window_for_much_more_goodput() -> None:
     """Where nothing holds the SLO at the demand, a window past the SLO that the model foretold for the config in
     force is acted on at once when the plan answers a good deal more of the demand within it (SHARE_GAIN, and
-    SWITCH_GAIN times as much); short of that gain it is a bad window to confirm. Generated: stepwise curves (a
-    plateau, a steep profile edge), a large max batch in force, a demand nothing carries within the SLO."""
+    SWITCH_GAIN times as much) and the demand did not just rise; else it is a bad window to confirm. Generated:
+    stepwise curves (a plateau, a steep profile edge), a large max batch in force, a demand nothing carries within
+    the SLO."""
     from tailtune.api.v1alpha1 import Batching
     from tailtune.tuner.servicetime import Curve, CurvePoint
     from tailtune.tuner.types import InForce, Policy, TunerState
@@ -377,6 +378,11 @@ def test_a_foretold_break_where_nothing_holds_the_slo_is_left_after_one_window_f
             acted += 1
             assert d.action == "change" and d.reason_code != law.CONFIRMING, (i, ladder, slo, rate, d.reason)
             assert d.batching.max_batch_size < big, (i, d.reason)
+            # ... but not in a window whose demand just rose (a crowd's first understates it): confirmed first.
+            before = (obs.window_end - timedelta(seconds=SPAN), 0.5 * rate)
+            risen = TunerState(last_window_end=NOW - timedelta(seconds=30), recent_demand=(before,))
+            d2 = law.decide(risen, in_force, obs, policy, NOW)
+            assert (d2.action, d2.reason_code) == ("hold", law.CONFIRMING), (i, d2.reason)
         elif plan.share - in_share < 0.8 * law.SHARE_GAIN:
             confirmed += 1
             assert (d.action, d.reason_code) == ("hold", law.CONFIRMING), (i, ladder, slo, rate, d.reason)
