@@ -12,9 +12,10 @@ import numpy.typing as npt
 
 from tailtune.api.v1alpha1 import Batching
 from tailtune.sim.batcher import Replica
+from tailtune.tuner import law
 from tailtune.tuner.model import capacity as model_capacity
 from tailtune.tuner.model import predict, share_within
-from tailtune.tuner.servicetime import CurvePoint, ladder
+from tailtune.tuner.servicetime import Curve, CurvePoint, ladder
 from tailtune.tuner.types import InForce, Observation, Policy, TunerState
 
 Fn = Callable[[float], float]
@@ -226,3 +227,13 @@ def steady_window(p99: float, rate: float, replicas: int, queue_ms: float, compu
         ready_replicas=replicas,
         sample_count=9000,
     )
+
+
+def in_force_share(
+    curve: Curve, batching: Batching, policy: Policy, calibration: float, demand_rps: float, replicas: int
+) -> float:
+    """The share of the demand the model answers within the SLO with the config in force on `replicas`, judged
+    against the SLO (no headroom) as a share plan's candidates are."""
+    at_slo = policy.model_copy(update={"headroom": 1.0})
+    current = law.candidate(curve, batching.max_batch_size, batching.max_queue_delay_microseconds, at_slo, calibration)
+    return law.share(curve, current, demand_rps, policy, calibration, replicas)

@@ -28,6 +28,7 @@ from tests.unit.tuner.families import (
     SPAN,
     Case,
     capacity,
+    in_force_share,
     make_case,
     make_policy,
     steady_window,
@@ -331,9 +332,7 @@ def _share_gained(p: Policy, d: Decision, plan: law.Plan, demand: float, mild: f
     against the SLO, as the plan's candidates)."""
     if plan.share is None:
         return False
-    at_slo = p.model_copy(update={"headroom": 1.0})
-    curve = _curve(p, d)
-    in_share = law.share(curve, _cand(curve, batching, at_slo, mild), demand, p, mild, plan.replicas)
+    in_share = in_force_share(_curve(p, d), batching, p, mild, demand, plan.replicas)
     return plan.share - in_share >= law.SHARE_GAIN and in_share * law.SWITCH_GAIN < plan.share
 
 

@@ -17,7 +17,7 @@ from tailtune.sim.curves import PiecewiseCurve
 from tailtune.tuner import law
 from tailtune.tuner.model import predict, settle
 from tailtune.tuner.whatif import Setup, summarize
-from tests.unit.tuner.families import NOW, SPAN, steady_window
+from tests.unit.tuner.families import NOW, SPAN, in_force_share, steady_window
 
 
 def _stepwise(rng: np.random.Generator) -> PiecewiseCurve:
@@ -372,8 +372,7 @@ def test_a_foretold_break_where_nothing_holds_the_slo_is_left_after_one_window_f
         plan = law.best_plan(curve, rate * policy.demand_margin, policy, 1.0, backlog=False, peak_rps=rate)
         if plan.share is None:
             continue  # something holds the SLO at the demand (with or without the margin): other rules
-        at_slo = policy.model_copy(update={"headroom": 1.0})
-        in_share = law.share(curve, law.candidate(curve, big, 0, at_slo, 1.0), rate, policy, 1.0, plan.replicas)
+        in_share = in_force_share(curve, in_force.batching, policy, 1.0, rate, plan.replicas)
         if plan.share - in_share >= 1.2 * law.SHARE_GAIN and in_share * law.SWITCH_GAIN * 1.2 < plan.share:
             acted += 1
             assert d.action == "change" and d.reason_code != law.CONFIRMING, (i, ladder, slo, rate, d.reason)
