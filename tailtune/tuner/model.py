@@ -16,6 +16,10 @@ instances that execute on one device one batch at a time, t(b) the measured serv
   own execution, and, where batches fill at least as often as the percentile's tail, the queue of full batches
   ahead: B requests leave per t(B) while Poisson(lambda t(B)) arrive, a random walk whose length at the tail
   Kingman's exponential bound gives (the walk's Cramer root), B requests per t(B) of wait.
+- Share within an SLO (`share_within`, what the tuner ranks configs by where none holds the SLO): for one
+  instance without a queue delay, from the chain of queue lengths at the moments the device frees (batches past
+  a plateau's edge feed on themselves: a big batch runs long, so the next is big too); otherwise the highest
+  percentile the latency above keeps within the SLO.
 
 The model is checked against the discrete-event simulator in tests (`tests/unit/tuner/test_model.py`), and
 the tuner corrects its residual bias with the ratio of observed to predicted latency (`calibration`).
@@ -39,6 +43,8 @@ SPREAD_SECANT_SD = 2.0
 THETA_MAX = 50.0
 # How often batches fill comes from the batch-size chain up to this max batch (a solve of its size).
 FULL_CHAIN_MAX = 128
+# The queue-length chain of `_chain_share` stops at this many queued (the rest is folded into the last state).
+CHAIN_STATES_MAX = 1024
 
 
 @dataclass(frozen=True)
@@ -322,9 +328,15 @@ def share_within(
     slo_ms: float,
     capacity_rps: float | None = None,
 ) -> float:
-    """Predicted share of requests answered within `slo_ms` at `rate_rps`: the highest percentile the model
-    keeps within it (0 when the load exceeds capacity or not even the median fits)."""
+    """Predicted share of requests answered within `slo_ms` at `rate_rps`. One instance without a queue delay:
+    from the batcher's queue-length chain (`_chain_share`). Otherwise, or where full batches do not keep up
+    (batches that settle below them only for a while): the highest percentile the model keeps within it (0 when
+    the load exceeds capacity or not even the median fits)."""
     cap = capacity(t, max_batch, delay_us) if capacity_rps is None else capacity_rps
+    if instances == 1 and delay_us <= 0 and 0 < rate_rps < cap and max(1, max_batch) <= FULL_CHAIN_MAX:
+        chained = _chain_share(t, max(1, max_batch), rate_rps / 1000.0, slo_ms)
+        if chained is not None:
+            return min(0.9999, chained)
     at = _at_load(t, max_batch, delay_us, instances, rate_rps, cap)[0]
 
     def ok(pct: float) -> bool:
@@ -335,3 +347,64 @@ def share_within(
     if ok(99.99):
         return 0.9999
     return _largest(ok, 50.0, 99.99, 0.01) / 100.0
+
+
+def _chain_share(t: ServiceTime, big: int, lam: float, slo_ms: float) -> float | None:
+    """Share of requests answered within `slo_ms` by one instance with no queue delay, from the chain of queue
+    lengths at the moments the device frees (None where full batches do not keep up: the chain has no steady
+    state). The normal spread of `_at_load` misses how batches past the plateau's edge feed on themselves (a
+    big batch takes long, so the next one is big too); the chain carries that.
+
+    From n queued, the device takes b = min(n, B) (an idle device takes the next arrival alone, at once), and
+    Poisson(lambda t(b)) arrive while it runs. An arrival waits the uniform residual of the batch in flight, the
+    full batches ahead of it (t(B) each), and its own batch: what has queued by then, up to B."""
+    sizes = np.arange(1, big + 1, dtype=np.float64)
+    times = np.array([t(float(b)) for b in sizes])
+    t_full = float(times[-1])
+    if lam * t_full >= big:
+        return None
+    states = min(CHAIN_STATES_MAX, 2 * big + math.ceil(_queue_tail(lam * t_full, big, 1e-7)) + 20)
+    n = np.arange(states + 1)
+    batch = np.where(n == 0, 1, np.minimum(n, big))
+    t_batch = times[batch - 1]
+    left = np.where(n == 0, 0, n - batch)  # queued behind the batch taken
+    mean = lam * t_batch
+    top = int(mean.max() + 8.0 * math.sqrt(mean.max()) + 10)
+    a = np.arange(top + 1)
+    pmf = np.exp(a[None, :] * np.log(np.maximum(mean[:, None], 1e-300)) - mean[:, None] - _log_factorial0(top)[None, :])
+    pmf[:, -1] += np.maximum(0.0, 1.0 - pmf.sum(axis=1))
+    queued = left[:, None] + a[None, :]
+    step = np.zeros((states + 1, states + 1))
+    np.add.at(step, (np.repeat(n, top + 1), np.minimum(queued, states).ravel()), pmf.ravel())
+    # The steady state: pi (P - I) = 0, sum pi = 1.
+    system = step.T - np.eye(states + 1)
+    system[-1, :] = 1.0
+    rhs = np.zeros(states + 1)
+    rhs[-1] = 1.0
+    try:
+        pi = np.linalg.solve(system, rhs)
+    except np.linalg.LinAlgError:
+        return None
+    pi = np.maximum(pi, 0.0)
+    if not np.isfinite(pi).all() or pi.sum() <= 0:
+        return None
+    pi /= pi.sum()
+    # The arrivals during a batch take the places left .. left + A - 1 in the queue; a place in [m B, (m+1) B)
+    # waits m full batches, then its own.
+    within = np.zeros_like(pmf)
+    for m in range(int(queued.max()) // big + 1):
+        places = np.maximum(0, np.minimum(queued, (m + 1) * big) - np.maximum(left[:, None], m * big))
+        if not places.any():
+            continue
+        own = np.clip(queued - m * big + lam * m * t_full, 1.0, float(big))
+        spare = slo_ms - m * t_full - np.interp(own, sizes, times)
+        within += places * np.clip(spare / t_batch[:, None], 0.0, 1.0)
+    served = float(pi @ (pmf @ a)) + float(pi[0])
+    good = float(pi @ (within * pmf).sum(axis=1)) + float(pi[0]) * float(times[0] <= slo_ms)
+    return good / served if served > 0 else None
+
+
+@functools.lru_cache(maxsize=8)
+def _log_factorial0(n: int) -> npt.NDArray[np.float64]:
+    """log(k!) for k = 0..n."""
+    return np.concatenate(([0.0], _log_factorial(n))) if n > 0 else np.zeros(1)

@@ -350,7 +350,7 @@ def test_a_foretold_break_where_nothing_holds_the_slo_is_left_after_one_window_f
 
     rng = np.random.default_rng(1212)
     acted = confirmed = 0
-    for i in range(200):
+    for i in range(300):
         ladder = list(_stepwise(rng).points)
         a = ladder[0][1]
         slo = round(float(rng.uniform(1.5, 4.0)) * a, 2)
@@ -385,7 +385,7 @@ def test_a_foretold_break_where_nothing_holds_the_slo_is_left_after_one_window_f
         elif plan.share - in_share < 0.8 * law.SHARE_GAIN:
             confirmed += 1
             assert (d.action, d.reason_code) == ("hold", law.CONFIRMING), (i, ladder, slo, rate, d.reason)
-    assert acted >= 8 and confirmed >= 3, (acted, confirmed)
+    assert acted >= 10 and confirmed >= 3, (acted, confirmed)
 
 
 def test_seed_7_008_a_foretold_collapse_is_left_after_one_window() -> None:
