@@ -201,7 +201,7 @@ def test_the_share_ranks_a_batch_past_the_plateaus_edge_below_one_within_it() ->
 
     from tailtune.tuner.model import share_within
 
-    rows = Path("bench/tuner/curves/tritonserver-emulated.csv").read_text().split()[1:]
+    rows = (Path(__file__).parents[3] / "bench/tuner/curves/tritonserver-emulated.csv").read_text().split()[1:]
     points = [(float(b), float(ms)) for b, ms in (r.split(",") for r in rows)]
     xs, ys = zip(*points, strict=True)
 
