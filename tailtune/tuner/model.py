@@ -119,9 +119,9 @@ def _hitting_batches(t: ServiceTime, lam: float, delay_ms: float, b1: float, b2:
     sizes = np.arange(1, n + 1)
     means = lam * (np.array([t(float(b)) for b in sizes]) + delay_ms)
     # q[i, j]: from a batch of i+1 to one of j+1 (the chain's steps among the sizes below b2).
-    logpmf = sizes[None, :] * np.log(np.maximum(means[:, None], 1e-300)) - means[:, None] - _log_factorial(n)[None, :]
-    q = np.exp(logpmf)
-    q[:, 0] += np.exp(-means)  # an empty queue: the next batch is the next arrival alone
+    pmf = _poisson_pmf(means, n)
+    q = pmf[:, 1:]
+    q[:, 0] += pmf[:, 0]  # an empty queue: the next batch is the next arrival alone
     try:
         h = np.linalg.solve(np.eye(n) - q, np.ones(n))
     except np.linalg.LinAlgError:
@@ -141,10 +141,18 @@ def _escapes(t: ServiceTime, lam: float, delay_ms: float, b1: float, b2: float) 
     return not (math.isfinite(h) and h >= batches_per_hour)
 
 
+def _poisson_pmf(means: npt.NDArray[np.float64], top: int) -> npt.NDArray[np.float64]:
+    """P(k arrivals) for k = 0..top at each of `means` (one row each)."""
+    k = np.arange(top + 1)[None, :]
+    m = means[:, None]
+    pmf: npt.NDArray[np.float64] = np.exp(k * np.log(np.maximum(m, 1e-300)) - m - _log_factorial(top)[None, :])
+    return pmf
+
+
 @functools.lru_cache(maxsize=8)
 def _log_factorial(n: int) -> npt.NDArray[np.float64]:
-    """log(k!) for k = 1..n."""
-    return np.cumsum(np.log(np.arange(1, n + 1, dtype=np.float64)))
+    """log(k!) for k = 0..n."""
+    return np.concatenate(([0.0], np.cumsum(np.log(np.arange(1, n + 1, dtype=np.float64)))))
 
 
 def settle(t: ServiceTime, max_batch: int, delay_us: float, rate_rps: float) -> float | None:
@@ -371,7 +379,7 @@ def _chain_share(t: ServiceTime, big: int, lam: float, slo_ms: float) -> float |
     mean = lam * t_batch
     top = int(mean.max() + 8.0 * math.sqrt(mean.max()) + 10)
     a = np.arange(top + 1)
-    pmf = np.exp(a[None, :] * np.log(np.maximum(mean[:, None], 1e-300)) - mean[:, None] - _log_factorial0(top)[None, :])
+    pmf = _poisson_pmf(mean, top)
     pmf[:, -1] += np.maximum(0.0, 1.0 - pmf.sum(axis=1))
     queued = left[:, None] + a[None, :]
     step = np.zeros((states + 1, states + 1))
@@ -402,9 +410,3 @@ def _chain_share(t: ServiceTime, big: int, lam: float, slo_ms: float) -> float |
     served = float(pi @ (pmf @ a)) + float(pi[0])
     good = float(pi @ (within * pmf).sum(axis=1)) + float(pi[0]) * float(times[0] <= slo_ms)
     return good / served if served > 0 else None
-
-
-@functools.lru_cache(maxsize=8)
-def _log_factorial0(n: int) -> npt.NDArray[np.float64]:
-    """log(k!) for k = 0..n."""
-    return np.concatenate(([0.0], _log_factorial(n))) if n > 0 else np.zeros(1)
