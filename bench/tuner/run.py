@@ -308,7 +308,7 @@ def report(results: list[dict[str, Any]], out: Path, quick: bool, seed: int = SE
         png = out / f"worst-{r['name']}.png"
         sc = by_name.get(r["name"])
         if sc is not None:
-            plot(sc.setup, [r["tailtune"], r["triton-default"], r["aimd"]], png, title=r["name"])
+            plot(sc.setup, [r["tailtune"], r["triton-default"], r["aimd"], r["oracle"]], png, title=r["name"])
         t = r["tailtune"]
         lines += [
             f"### {r['name']} ({r['curve']})",
