@@ -34,6 +34,8 @@ class WindowStats:
     compute_ms: float | None = None
     avg_batch: float | None = None
     queue_growth_rps: float | None = None  # growth of the pending-request count, req/s
+    # Completions plus queue growth over the window's last `tail_s` seconds (None when not asked).
+    tail_demand_rps: float | None = None
     ready_replicas: int | None = None
     sample_count: int | None = None
     # Per executed batch size: (size, executions, mean device ms), like Triton's batch statistics deltas.
@@ -156,13 +158,19 @@ class SimCluster:
             self._active.pop()
 
     def observe(
-        self, window_s: float, percentile: float, span_s: float | None = None, stats_since: float | None = None
+        self,
+        window_s: float,
+        percentile: float,
+        span_s: float | None = None,
+        stats_since: float | None = None,
+        tail_s: float | None = None,
     ) -> WindowStats:
         """The window ending now, as the Prometheus reader reports it.
 
         Latency is the conservative aggregate (max over pods of each pod's percentile); rate, queue and
         compute times are per request over all pods; the batch is inferences / executions. Batch statistics
-        cover [stats_since, now) (the previous read), else the window.
+        cover [stats_since, now) (the previous read), else the window. The tail demand is completions plus queue
+        growth over the last `tail_s` seconds.
         """
         span = max(window_s, span_s or 0.0)
         end = self.now
@@ -177,11 +185,16 @@ class SimCluster:
         count = sum(len(s.latency_s) for s in stats)
         ready = self.ready_replicas()
         growth = sum(r.pending(end) - r.pending(end - span) for r in self._all) / span
+        tail_demand = None
+        if tail_s is not None:
+            done = sum(len(r.window(end - tail_s, end).latency_s) for r in self._all)
+            tail_demand = (done + sum(r.pending(end) - r.pending(end - tail_s) for r in self._all)) / tail_s
         if count == 0:
             return WindowStats(
                 window_end=self.clock(end),
                 span_seconds=span,
                 request_rate=0.0,
+                tail_demand_rps=tail_demand,
                 ready_replicas=ready,
                 sample_count=0,
             )
@@ -198,6 +211,7 @@ class SimCluster:
             compute_ms=compute * 1000,
             avg_batch=count / executions,
             queue_growth_rps=growth,
+            tail_demand_rps=tail_demand,
             ready_replicas=ready,
             sample_count=count,
             batch_stats=batch_stats,

@@ -29,7 +29,8 @@ and the replicas it would take).
 The gates stay: missing data, windows already judged, windows overlapping the last change, replicas not
 ready, noise (K bad windows; one when it shows overload, or a latency past the SLO that the model foretold for
 the config in force at the measured demand where another config holds the SLO with the margin, or, where none
-holds it at the demand, answers a good deal more of the demand within it), hysteresis (a
+holds it at the demand, answers a good deal more of the demand within it, unless a crowd entered the window part
+way through: its demand rose and its tail, `Observation.tail_demand_rps`, shows more), hysteresis (a
 band between the aim and the comfort line; no reload for a few percent while the config in force holds, nor,
 where nothing keeps the aim, while it holds the SLO with room; a scale-in only to a count the model puts below
 the comfort line, never while the demand rises; the batching judged at the replicas kept, not a plan's fewer,
@@ -48,7 +49,7 @@ from datetime import datetime, timedelta
 
 from tailtune.api.v1alpha1 import Batching
 from tailtune.tuner.model import capacity as model_capacity
-from tailtune.tuner.model import max_rate, predict, share_within
+from tailtune.tuner.model import chained, max_rate, predict, share_within
 from tailtune.tuner.servicetime import Curve, CurvePoint, learn, merged
 from tailtune.tuner.types import Decision, InForce, Observation, Policy, RejectedConfig, TooFewReplicas, TunerState
 
@@ -289,12 +290,18 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     # (A share plan is made only without a backlog: `current` is the config in force as the model has it.)
     in_share = 0.0 if plan.share is None else share(curve, current, r.demand_rps, policy, mild, plan.replicas)
     # Where nothing within the bounds holds the SLO with the margin, a second window shows more of the demand (a
-    # burst the plan must keep up with) before a bet on a config that may not; unless nothing holds the SLO at the
-    # demand itself and the plan answers a good deal more of it within the SLO than the config in force, whose
-    # break the model foretold, at a demand that did not just rise (a crowd's first window understates it): a
-    # second window there is a window more of the goodput lost (the move is the one `_choose` makes a window
-    # later, on the same model).
-    relieve = confirmed or (foretold and (plan.feasible or (_share_gained(plan, in_share) and not rising)))
+    # burst the plan must keep up with) before a bet on a config that may not; unless the config in force broke the
+    # SLO as the model foretold and the plan holds the SLO at the demand itself (without the margin), or, where
+    # nothing does, answers a good deal more of it within the SLO: a second window there is a window more of the
+    # goodput lost (the move is the one `_choose` makes a window later, on the same model). Not on a rise that
+    # may not last the plan: one that entered the window part way through (the window's tail shows more than the
+    # whole: a crowd's first window understates it), or that came and went before within the stabilization
+    # window (bursts: a plan made for one is undone when it passes).
+    # (The completions of a rising window never judge the config in force: above.)
+    sudden = rising and (not _filled(obs, r) or _recurs(recent, policy.demand_margin))
+    at_demand = plan.share is None and plan.replicas * plan.candidate.carries() >= r.demand_rps
+    gained = _share_gained(plan, in_share, current, policy)
+    relieve = confirmed or (foretold and (plan.feasible or ((at_demand or gained) and not sudden)))
     if not relieve and not relax and not (at_risk and not bad):
         code, why = (
             (CONFIRMING, f"bad window {st.bad_windows}/{policy.bad_windows}")
@@ -701,12 +708,15 @@ def share(
     )
 
 
-def _share_gained(plan: Plan, current_share: float) -> bool:
+def _share_gained(plan: Plan, current_share: float, current: Candidate, policy: Policy) -> bool:
     """Short of the SLO whatever the config (a share plan): the plan answers a good deal more of the demand within
-    the SLO than the config in force (`current_share`), by a share of it and by a ratio."""
-    return plan.share is not None and (
-        plan.share - current_share >= SHARE_GAIN and current_share * SWITCH_GAIN < plan.share
-    )
+    the SLO than the config in force (`current`, answering `current_share`), by a share of it, and by a ratio too
+    where either share comes from the model's normal spread, whose error runs far past that share (the chain's,
+    `model.chained`, stays within it)."""
+    if plan.share is None or plan.share - current_share < SHARE_GAIN:
+        return False
+    both = all(chained(c.max_batch, c.delay_us, policy.instances) for c in (plan.candidate, current))
+    return both or current_share * SWITCH_GAIN < plan.share
 
 
 def _choose(
@@ -734,7 +744,8 @@ def _choose(
         # around where batches settle, misses those excursions).
         # (Every config breaks the SLO here: one left earlier for breaking it is no worse for that.)
         runs_away = current.burst_rps * replicas < plan.load_rps <= target.burst_rps * replicas
-        if current.max_batch >= policy.warmup_max and not runs_away and not _share_gained(plan, current_share):
+        gained = _share_gained(plan, current_share, current, policy)
+        if current.max_batch >= policy.warmup_max and not runs_away and not gained:
             target = current
     else:
         # The load per replica at the count that will be in force: no scale-in while relieving bad windows, under
@@ -831,6 +842,23 @@ def _without_curve(
     st = st.model_copy(update={"bad_windows": 0, "good_windows": 0, "last_reason_code": SCALED_OUT})
     return Decision(
         action="change", in_force=new, reason=reason, reason_code=SCALED_OUT, state=st, demand_rps=r.demand_rps
+    )
+
+
+def _filled(obs: Observation, r: _Reading) -> bool:
+    """Whether the window's tail shows no more demand than the whole window (within noise): a rise it reports
+    then held across the window, not from part way through. Unknown (no tail figure): not shown."""
+    tail = obs.tail_demand_rps
+    return tail is not None and tail <= (1 + GROWTH_SHARE) * r.demand_rps
+
+
+def _recurs(recent: tuple[tuple[datetime, float], ...], margin: float) -> bool:
+    """Whether the last window's demand was reached before (within the margin) in `recent` (the stabilization
+    window) and fell back below it (past the margin) since: bursts, not a step."""
+    demand = recent[-1][1]
+    earlier = [d for _, d in recent[:-1]]
+    return any(
+        d * margin >= demand and any(x * margin < demand for x in earlier[i + 1 :]) for i, d in enumerate(earlier)
     )
 
 

@@ -327,6 +327,12 @@ def _largest(ok: Callable[[float], bool], lo: float, hi: float, tolerance: float
     return lo
 
 
+def chained(max_batch: int, delay_us: float, instances: int) -> bool:
+    """Whether `share_within` takes this config's share from the queue-length chain (below its capacity): the
+    model whose error stays within a tenth of the demand (the normal spread's runs to a half)."""
+    return instances == 1 and delay_us <= 0 and max(1, max_batch) <= FULL_CHAIN_MAX
+
+
 def share_within(
     t: ServiceTime,
     max_batch: int,
@@ -341,10 +347,10 @@ def share_within(
     (batches that settle below them only for a while): the highest percentile the model keeps within it (0 when
     the load exceeds capacity or not even the median fits)."""
     cap = capacity(t, max_batch, delay_us) if capacity_rps is None else capacity_rps
-    if instances == 1 and delay_us <= 0 and 0 < rate_rps < cap and max(1, max_batch) <= FULL_CHAIN_MAX:
-        chained = _chain_share(t, max(1, max_batch), rate_rps / 1000.0, slo_ms)
-        if chained is not None:
-            return min(0.9999, chained)
+    if chained(max_batch, delay_us, instances) and 0 < rate_rps < cap:
+        from_chain = _chain_share(t, max(1, max_batch), rate_rps / 1000.0, slo_ms)
+        if from_chain is not None:
+            return min(0.9999, from_chain)
     at = _at_load(t, max_batch, delay_us, instances, rate_rps, cap)[0]
 
     def ok(pct: float) -> bool:

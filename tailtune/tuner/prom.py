@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
-from tailtune.tuner.types import SUMMARY_WINDOW_SECONDS, Observation
+from tailtune.tuner.types import SUMMARY_WINDOW_SECONDS, TAIL_SHARE, Observation
 
 DEFAULT_SELECTOR = 'namespace="{namespace}",model="{model}"'
 
@@ -134,6 +134,8 @@ class Queries:
     queue_growth_rps: str
     ready_replicas: str
     source: Source = "tritonSummary"
+    # Completions plus queue growth over the window's last TAIL_SHARE (`Observation.tail_demand_rps`).
+    tail_demand_rps: str = ""
     # Unix time of the newest sample behind the latency figure: the window's end advances only with new data.
     newest_sample: str = ""
 
@@ -237,6 +239,11 @@ def build_queries(
         span = max(window_seconds, SUMMARY_WINDOW_SECONDS)
         source, newest = "tritonSummary", f"max(timestamp({summary}))"
     success = rate("nv_inference_request_success")
+    # Over the window's tail: no figure where it holds fewer than two scrapes (Prometheus' rate then returns none,
+    # and the law waits a window more on a rising demand).
+    t = f"{max(1, round(TAIL_SHARE * window_seconds))}s"
+    tail_done = f"sum(rate(nv_inference_request_success{{{sel}}}[{t}]))"
+    tail = f"{tail_done} + sum(deriv(nv_inference_pending_request_count{{{sel}}}[{t}]))"
     compute = " + ".join(rate(f"nv_inference_compute_{part}_duration_us") for part in ("input", "infer", "output"))
     return Queries(
         latency_ms=latency,
@@ -247,6 +254,7 @@ def build_queries(
         avg_batch=f"{rate('nv_inference_count')} / {rate('nv_inference_exec_count')}",
         queue_growth_rps=f"sum(deriv(nv_inference_pending_request_count{{{sel}}}[{w}]))",
         ready_replicas=f"count(count by (instance) (nv_inference_request_success{{{sel}}}))",
+        tail_demand_rps=tail,
         source=source,
         newest_sample=newest,
     )
@@ -380,6 +388,7 @@ class PrometheusReader:
             compute_ms=self._scalar(q.compute_ms, at),
             avg_batch=self._scalar(q.avg_batch, at),
             queue_growth_rps=self._scalar(q.queue_growth_rps, at),
+            tail_demand_rps=self._scalar(q.tail_demand_rps, at),
             ready_replicas=round(replicas) if replicas is not None else None,
             sample_count=round(requests * q.span_seconds) if requests is not None else None,
             other_percentiles=tuple(others),

@@ -17,6 +17,8 @@ from tailtune.tuner.servicetime import BatchSample, CurvePoint
 
 # Triton's latency summaries cover a fixed sliding 60 s, whatever the SLO window.
 SUMMARY_WINDOW_SECONDS = 60.0
+# The tail of a window whose demand is read apart (`Observation.tail_demand_rps`): its last third.
+TAIL_SHARE = 1 / 3
 
 
 class _Frozen(BaseModel):
@@ -39,6 +41,9 @@ class Observation(_Frozen):
     avg_batch: float | None = None
     # Growth of the pending-request count (req/s): completions understate demand by this much.
     queue_growth_rps: float | None = None
+    # Completions plus queue growth over the window's last TAIL_SHARE: a demand well above the window's there says
+    # a crowd entered part way through the window (its completions mix the calm before with the crowd after).
+    tail_demand_rps: float | None = None
     ready_replicas: int | None = None
     sample_count: int | None = None
     # Triton's per-batch-size statistics over the window (deltas): the live service-time curve.

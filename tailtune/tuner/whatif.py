@@ -36,7 +36,7 @@ from tailtune.sim.curves import PiecewiseCurve
 from tailtune.tuner.loop import tune_once
 from tailtune.tuner.servicetime import CurvePoint, ladder
 from tailtune.tuner.simobs import observation_from_sim
-from tailtune.tuner.types import Decision, InForce, Observation, Policy, TunerState
+from tailtune.tuner.types import TAIL_SHARE, Decision, InForce, Observation, Policy, TunerState
 
 Floats = npt.NDArray[np.float64]
 # A rate change of more than this share is a step: the two windows after it are left out of the "excluding
@@ -222,7 +222,9 @@ class _Observer:
 
     def observe(self, t: float) -> Observation:
         setup = self.setup
-        stats = self.sim.observe(setup.interval_s, setup.percentile, stats_since=self.last_read)
+        stats = self.sim.observe(
+            setup.interval_s, setup.percentile, stats_since=self.last_read, tail_s=TAIL_SHARE * setup.interval_s
+        )
         self.last_read = t
         obs = observation_from_sim(stats)
         if setup.p99_noise > 0 and obs.p_latency_ms is not None:

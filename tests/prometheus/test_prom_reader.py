@@ -48,6 +48,8 @@ def test_default_queries_give_the_known_values(warm: PromEnv) -> None:
     assert obs.compute_ms == pytest.approx(6.5, rel=0.02)
     assert obs.avg_batch == pytest.approx(4.0, rel=0.02)
     assert obs.queue_growth_rps == pytest.approx(0.0, abs=1e-6)
+    # The window's tail (its last third) at a steady load: the same demand.
+    assert obs.tail_demand_rps == pytest.approx(200.0, rel=0.1)
     assert obs.ready_replicas == 2
     # The summary reaches 60 s back whatever the window: the law waits that long after a change.
     assert obs.span_seconds == 60.0
@@ -83,6 +85,7 @@ def test_missing_series_give_none(warm: PromEnv) -> None:
     assert obs.compute_ms is None
     assert obs.avg_batch is None
     assert obs.queue_growth_rps is None
+    assert obs.tail_demand_rps is None
     assert obs.ready_replicas is None
     assert obs.sample_count is None
 

@@ -154,6 +154,31 @@ def test_overload_shows_backlog_growth() -> None:
     assert obs.queue_growth_rps == pytest.approx(100.0, rel=0.15)
 
 
+def test_the_tail_demand_shows_a_crowd_that_entered_part_way_through_the_window() -> None:
+    """The tail demand (completions plus queue growth over the window's last seconds) is the crowd's rate where it
+    entered part way through the window, the window's own rate where the load held across it; with a backlog too
+    (completions capped by the one replica, the queue growth carries the rest)."""
+    step = np.concatenate([poisson(50.0, 20.0, seed=4).arrivals, 20.0 + poisson(80.0, 10.0, seed=5).arrivals])
+    cluster = SimCluster(FLAT_10MS, step, Batching(max_batch_size=1))
+    cluster.advance(30.0)
+    obs = cluster.observe(window_s=30.0, percentile=99, tail_s=10.0)
+    assert obs.request_rate == pytest.approx(60.0, rel=0.1)
+    assert obs.tail_demand_rps == pytest.approx(80.0, rel=0.1)
+    # Past what one replica drains (100 req/s at batch 1): completions flat, the queue grows from the step on.
+    crowd = np.concatenate([poisson(50.0, 20.0, seed=6).arrivals, 20.0 + poisson(200.0, 10.0, seed=7).arrivals])
+    over = SimCluster(FLAT_10MS, crowd, Batching(max_batch_size=1))
+    over.advance(30.0)
+    obs = over.observe(window_s=30.0, percentile=99, tail_s=10.0)
+    demand = (obs.request_rate or 0.0) + (obs.queue_growth_rps or 0.0)
+    assert demand == pytest.approx(100.0, rel=0.1)
+    assert obs.tail_demand_rps == pytest.approx(200.0, rel=0.1)
+    steady = SimCluster(FLAT_10MS, poisson(80.0, 30.0, seed=8).arrivals, Batching(max_batch_size=1))
+    steady.advance(30.0)
+    obs = steady.observe(window_s=30.0, percentile=99, tail_s=10.0)
+    assert obs.tail_demand_rps == pytest.approx(obs.request_rate, rel=0.15)
+    assert cluster.observe(window_s=30.0, percentile=99).tail_demand_rps is None
+
+
 def test_fast_enough() -> None:
     trace = poisson(1000.0, 600.0, seed=3)
     start = time.perf_counter()
