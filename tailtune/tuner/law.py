@@ -785,13 +785,15 @@ def _choose(
     # The batching's analogue of the scale-in rule: while the SLO holds, a change never takes the capacity below
     # what the highest demand of the stabilization window needs with its margin, where the config in force has
     # it (a burst like the last ones must find a config that keeps up; a move for the aim alone is not worth one
-    # that runs away at the next burst).
+    # that runs away at the next burst). Nor, whatever the latency, below that demand itself: a config that holds
+    # the SLO between bursts and cannot keep up with the next one loses the burst and the windows its backlog
+    # drains through (a share plan keeps up with it by construction).
     n = max(replicas, in_force.replicas)
     cut = n * target.capacity_rps < peak_need_rps <= n * current.capacity_rps
+    overrun = n * target.capacity_rps < peak_need_rps / policy.demand_margin <= n * current.capacity_rps
     held = (
         keep
-        and cut
-        and r.p_ms <= policy.slo_ms
+        and (overrun or (cut and r.p_ms <= policy.slo_ms))
         and (target.max_batch, target.delay_us) != (current.max_batch, current.delay_us)
     )
     if held:
