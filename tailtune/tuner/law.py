@@ -22,8 +22,9 @@ It plans from a model, not from steps:
 
 Invariants (each has a unit test): a change never adopts a config whose modelled capacity is below the
 demand times the margin (unless nothing within the bounds reaches it: then the config with the most
-capacity, and `SLOInfeasible`); never cuts capacity while a backlog exists; never sets max batch below the
-largest warmup batch; at the limits with a growing queue it says so (`infeasible`, with demand, capacity
+capacity, and `SLOInfeasible`); never cuts capacity while a backlog exists; never takes the batching's capacity
+below the highest demand of the stabilization window where the config in force keeps up with it; never sets max
+batch below the largest warmup batch; at the limits with a growing queue it says so (`infeasible`, with demand, capacity
 and the replicas it would take).
 
 The gates stay: missing data, windows already judged, windows overlapping the last change, replicas not
