@@ -299,7 +299,7 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     # whole: a crowd's first window understates it), or that came and went before within the stabilization
     # window (bursts: a plan made for one is undone when it passes).
     # (The completions of a rising window never judge the config in force: above.)
-    sudden = rising and (not _filled(obs, r) or _recurs(recent, policy.demand_margin))
+    sudden = _partial(obs, r, rising) or (rising and _recurs(recent, policy.demand_margin))
     at_demand = plan.share is None and plan.replicas * plan.candidate.carries() >= r.demand_rps
     gained = _share_gained(plan, in_share, current, policy)
     relieve = confirmed or (foretold and (plan.feasible or ((at_demand or gained) and not sudden)))
@@ -848,11 +848,12 @@ def _without_curve(
     )
 
 
-def _filled(obs: Observation, r: _Reading) -> bool:
-    """Whether the window's tail shows no more demand than the whole window (within noise): a rise it reports
-    then held across the window, not from part way through. Unknown (no tail figure): not shown."""
+def _partial(obs: Observation, r: _Reading, rising: bool) -> bool:
+    """Whether the window's demand understates the present one: its tail shows more than the whole (past noise), a
+    crowd that entered part way through, whatever the windows before (the first after an idle spell has none);
+    without a tail figure, any rise over the last window may be one."""
     tail = obs.tail_demand_rps
-    return tail is not None and tail <= (1 + GROWTH_SHARE) * r.demand_rps
+    return rising if tail is None else tail > (1 + GROWTH_SHARE) * r.demand_rps
 
 
 def _recurs(recent: tuple[tuple[datetime, float], ...], margin: float) -> bool:

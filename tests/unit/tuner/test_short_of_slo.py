@@ -372,10 +372,12 @@ def test_a_foretold_break_where_nothing_holds_the_slo_is_left_after_one_window_f
         if (obs.p_latency_ms or 0.0) <= slo:
             continue
         d = law.decide(TunerState(last_window_end=NOW - timedelta(seconds=30)), in_force, obs, policy, NOW)
-        plan = law.best_plan(curve, rate * policy.demand_margin, policy, 1.0, backlog=False, peak_rps=rate)
+        # Planned as the law plans: with the share of the window's calibration other configs get.
+        mild = min(law.CANDIDATE_CALIBRATION[1], max(law.CANDIDATE_CALIBRATION[0], d.state.calibration))
+        plan = law.best_plan(curve, rate * policy.demand_margin, policy, mild, backlog=False, peak_rps=rate)
         if plan.share is None:
             continue  # something holds the SLO at the demand (with or without the margin): other rules
-        in_share = in_force_share(curve, in_force.batching, policy, 1.0, rate, plan.replicas)
+        in_share = in_force_share(curve, in_force.batching, policy, mild, rate, plan.replicas)
         # The ratio too, unless both shares come from the queue-length chain (one instance, no queue delay).
         ratio = in_share * law.SWITCH_GAIN * 1.2 < plan.share
         exact = chained(plan.candidate.max_batch, plan.candidate.delay_us, 1) and chained(big, 0, 1)
