@@ -292,8 +292,8 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     in_share = 0.0 if plan.share is None else share(curve, current, r.demand_rps, policy, mild, plan.replicas)
     # Where nothing within the bounds holds the SLO with the margin, a second window shows more of the demand (a
     # burst the plan must keep up with) before a bet on a config that may not; unless the config in force broke the
-    # SLO as the model foretold and the plan holds the SLO at the demand itself (without the margin), or, where
-    # nothing does, answers a good deal more of it within the SLO: a second window there is a window more of the
+    # SLO as the model foretold and the plan holds the SLO at the demand itself (without the margin), or else
+    # answers a good deal more of it within the SLO: a second window there is a window more of the
     # goodput lost (the move is the one `_choose` makes a window later, on the same model). Not on a rise that
     # may not last the plan: one that entered the window part way through (the window's tail shows more than the
     # whole: a crowd's first window understates it), or that came and went before within the stabilization
@@ -301,7 +301,14 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     # (The completions of a rising window never judge the config in force: above.)
     sudden = _partial(obs, r, rising) or (rising and _recurs(recent, policy.demand_margin))
     at_demand = plan.share is None and plan.replicas * plan.candidate.carries() >= r.demand_rps
-    gained = _share_gained(plan, in_share, current, policy)
+    gained = False
+    if foretold and not plan.feasible and not at_demand and not sudden:
+        # (Whichever way the plan was made: a share plan, or the most load within the SLO short of the demand.)
+        target_share, now_share = plan.share, in_share
+        if target_share is None:
+            target_share = share(curve, plan.candidate, r.demand_rps, policy, mild, plan.replicas)
+            now_share = share(curve, current, r.demand_rps, policy, mild, plan.replicas)
+        gained = _share_gained(target_share, plan.candidate, now_share, current, policy)
     relieve = confirmed or (foretold and (plan.feasible or ((at_demand or gained) and not sudden)))
     if not relieve and not relax and not (at_risk and not bad):
         code, why = (
@@ -709,15 +716,17 @@ def share(
     )
 
 
-def _share_gained(plan: Plan, current_share: float, current: Candidate, policy: Policy) -> bool:
-    """Short of the SLO whatever the config (a share plan): the plan answers a good deal more of the demand within
-    the SLO than the config in force (`current`, answering `current_share`), by a share of it, and by a ratio too
-    where either share comes from the model's normal spread, whose error runs far past that share (the chain's,
-    `model.chained`, stays within it)."""
-    if plan.share is None or plan.share - current_share < SHARE_GAIN:
+def _share_gained(
+    target_share: float | None, target: Candidate, current_share: float, current: Candidate, policy: Policy
+) -> bool:
+    """Short of the SLO: the target answers a good deal more of the demand within the SLO (`target_share`) than the
+    config in force (`current`, answering `current_share`), by a share of it, and by a ratio too where either share
+    comes from the model's normal spread, whose error runs far past that share (the chain's, `model.chained`, stays
+    within it)."""
+    if target_share is None or target_share - current_share < SHARE_GAIN:
         return False
-    both = all(chained(c.max_batch, c.delay_us, policy.instances) for c in (plan.candidate, current))
-    return both or current_share * SWITCH_GAIN < plan.share
+    both = all(chained(c.max_batch, c.delay_us, policy.instances) for c in (target, current))
+    return both or current_share * SWITCH_GAIN < target_share
 
 
 def _choose(
@@ -745,7 +754,7 @@ def _choose(
         # around where batches settle, misses those excursions).
         # (Every config breaks the SLO here: one left earlier for breaking it is no worse for that.)
         runs_away = current.burst_rps * replicas < plan.load_rps <= target.burst_rps * replicas
-        gained = _share_gained(plan, current_share, current, policy)
+        gained = _share_gained(plan.share, target, current_share, current, policy)
         if current.max_batch >= policy.warmup_max and not runs_away and not gained:
             target = current
     else:
