@@ -29,9 +29,10 @@ and the replicas it would take).
 
 The gates stay: missing data, windows already judged, windows overlapping the last change, replicas not
 ready, noise (K bad windows; one when it shows overload, or a latency past the SLO that the model foretold for
-the config in force at the measured demand where another config holds the SLO with the margin, or, where none
-holds it at the demand, answers a good deal more of the demand within it, unless a crowd entered the window part
-way through: its demand rose and its tail, `Observation.tail_demand_rps`, shows more), hysteresis (a
+the config in force at the measured demand where another config holds the SLO with the margin, or holds it at
+the demand itself, or answers a good deal more of the demand within it; the last two not where a crowd entered
+the window part way through, its tail, `Observation.tail_demand_rps`, showing more than the whole, nor on a rise
+like one that came and went within the stabilization window), hysteresis (a
 band between the aim and the comfort line; no reload for a few percent while the config in force holds, nor,
 where nothing keeps the aim, while it holds the SLO with room; a scale-in only to a count the model puts below
 the comfort line, never while the demand rises; the batching judged at the replicas kept, not a plan's fewer,
