@@ -18,8 +18,8 @@ from tailtune.api.v1alpha1 import Batching
 from tailtune.sim.curves import PiecewiseCurve
 from tailtune.tuner import law
 from tailtune.tuner.model import chained, predict, settle
-from tailtune.tuner.servicetime import Curve
-from tailtune.tuner.types import Policy
+from tailtune.tuner.servicetime import Curve, CurvePoint
+from tailtune.tuner.types import InForce, Policy, TunerState
 from tailtune.tuner.whatif import Setup, summarize
 from tests.unit.tuner.families import NOW, SPAN, in_force_share, steady_window
 
@@ -68,7 +68,6 @@ def test_short_of_the_slo_everywhere_the_law_keeps_the_most_goodput() -> None:
 def test_a_steep_edge_carries_the_batcher_to_the_plateau_above() -> None:
     """On a plateau-edge-plateau curve, batches that start at the low fixed point reach the edge within the hour
     and settle at the fixed point above it: `settle` and `predict` say so, and the simulator agrees."""
-    from tailtune.api.v1alpha1 import Batching
     from tailtune.sim import SimCluster, poisson
 
     rng = np.random.default_rng(77)
@@ -110,10 +109,6 @@ def test_a_scale_out_keeps_the_batching_that_carries_its_share() -> None:
     """Relieving bad windows by a replica more, the law does not also reload a batching in force that carries the
     per-replica load at the new count (bench scenario 004: max batch 4 -> 3 with 2 -> 3 replicas paused every pod
     while the third was not ready, and broke the SLO for that window)."""
-    from tailtune.api.v1alpha1 import Batching
-    from tailtune.tuner.servicetime import Curve, CurvePoint
-    from tailtune.tuner.types import InForce, Policy, TunerState
-
     ladder = [(b, 2.0 + 0.4 * b**1.3) for b in (1, 2, 4, 8, 16, 32, 64)]
     policy = Policy(
         slo_ms=8.96, batch_max=64, replicas_max=3, build_curve=tuple(CurvePoint(batch=b, ms=ms) for b, ms in ladder)
@@ -228,10 +223,6 @@ def test_short_of_the_slo_a_batching_whose_full_batches_fall_behind_is_left() ->
     drain it: on a superlinear curve its batches run away at the first burst, which the model's share (a normal
     spread around where batches settle) misses. Bench seed 11's 041 (measured curve, a step to 495 req/s): max
     batch 8 kept at 0.87 of the oracle's goodput, max batch 4 (the oracle's) 1.00."""
-    from tailtune.api.v1alpha1 import Batching
-    from tailtune.tuner.servicetime import Curve, CurvePoint
-    from tailtune.tuner.types import InForce, Policy, TunerState
-
     rng = np.random.default_rng(1209)
     checked = 0
     for i in range(80):
@@ -299,10 +290,6 @@ def test_where_nothing_keeps_the_aim_a_config_holding_the_slo_with_room_is_kept(
     window to window. A config in force that holds the SLO and carries the planned load with room to spare stays
     unless another's full batches drain a good deal more (in-sample 024: max batch 32 -> 24 -> 32 -> 19 -> 32 -> 22
     within the SLO, six reloads for nothing)."""
-    from tailtune.api.v1alpha1 import Batching
-    from tailtune.tuner.servicetime import Curve, CurvePoint
-    from tailtune.tuner.types import InForce, Policy, TunerState
-
     points = ((1, 3.9958), (2, 4.0459), (4, 4.1462), (8, 4.3467), (12, 4.5472), (16, 4.7478), (24, 5.1488))
     points += ((32, 5.5499),)
     policy = Policy(
@@ -350,10 +337,6 @@ def test_a_foretold_break_where_nothing_holds_the_slo_is_left_after_one_window_f
     through shows more there); else it is a bad window to confirm. Generated: stepwise curves (a plateau, a steep
     profile edge), a large max batch in force, a demand nothing carries within
     the SLO."""
-    from tailtune.api.v1alpha1 import Batching
-    from tailtune.tuner.servicetime import Curve, CurvePoint
-    from tailtune.tuner.types import InForce, Policy, TunerState
-
     rng = np.random.default_rng(1212)
     acted = confirmed = by_gain = 0
     for i in range(300):
@@ -429,8 +412,6 @@ def test_the_ratio_of_shares_guards_only_the_normal_spread() -> None:
     """A share gain of SHARE_GAIN is enough where both shares come from the queue-length chain (one instance, no
     queue delay: its error stays under that gain); where either comes from the normal spread (two instances, a
     queue delay), whose error runs to half the demand, the plan must also answer SWITCH_GAIN times as much."""
-    from tailtune.tuner.types import Policy
-
     c = law.Candidate(max_batch=4, delay_us=0, capacity_rps=600.0, robust_rps=400.0, extrapolated=False)
     current = dataclasses.replace(c, max_batch=8, capacity_rps=900.0)
     one, two = Policy(slo_ms=12.0, instances=1), Policy(slo_ms=12.0, instances=2)
@@ -452,10 +433,6 @@ def test_a_foretold_break_is_left_after_one_window_for_a_config_holding_the_slo_
     and stepwise curves, a large max batch in force, one replica, a demand past what the most robust config carries
     within the aim. Where the plan falls short of the demand too, at once only for a good deal more of it answered
     within the SLO."""
-    from tailtune.api.v1alpha1 import Batching
-    from tailtune.tuner.servicetime import Curve, CurvePoint
-    from tailtune.tuner.types import InForce, Policy, TunerState
-
     rng = np.random.default_rng(1303)
     acted = by_gain = confirmed = 0
     for i in range(200):
