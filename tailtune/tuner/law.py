@@ -32,11 +32,11 @@ ready, noise (K bad windows; one when it shows overload, or a latency past the S
 the config in force at the measured demand where another config holds the SLO with the margin, or holds it at
 the demand itself, or answers a good deal more of the demand within it; the last two not where a crowd entered
 the window part way through, its tail, `Observation.tail_demand_rps`, showing more than the whole, nor on a rise
-like one that came and went within the stabilization window), hysteresis (a
-band between the aim and the comfort line; no reload for a few percent while the config in force holds, nor,
-where nothing keeps the aim, while it holds the SLO with room; a scale-in only to a count the model puts below
-the comfort line, never while the demand rises; the batching judged at the replicas kept, not a plan's fewer,
-while bad windows are relieved), a draining backlog (waited for; under one, a reload only for more capacity) and
+like one that came and went within the stabilization window), hysteresis (a band between the aim and the
+comfort line; no reload for a few percent while the config in force holds, nor, where nothing keeps the aim,
+while it holds the SLO with room; a scale-in only to a count the model puts below the comfort line, never while
+the demand rises, at most half the replicas at once; the batching judged at the replicas kept, not a plan's
+fewer, while bad windows are relieved), a draining backlog (waited for; under one, a reload only for more capacity) and
 the cooldown between reloads. A stale window still lets the measured curve replace a fragile config.
 """
 
@@ -346,6 +346,7 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         if held
         else ""
     )
+    scale_note = ""
     if replicas < in_force.replicas:
         # Scale in only as far as the highest demand of the stabilization window allows, only once the
         # window is full of history, and never while requests queue up. And only to a count the model puts
@@ -365,13 +366,20 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         # replica is never urgent, and one given back at a crowd's start comes back through a cold start).
         if r.saturated or relieve or plan.within_slo_only or rising or span < policy.scale_in_window_seconds:
             replicas = in_force.replicas
+        # Down slowly: at most half the replicas go at once (a replica given back comes back through a cold start
+        # and its warmup; a step soon after a scale-in meets half the capacity, not a fraction of it). The next
+        # window, on the same evidence, gives back more.
+        halved = max(replicas, math.ceil(in_force.replicas / 2))
+        if halved > replicas:
+            replicas = halved
+            scale_note = f"; at most half the replicas given back at once ({in_force.replicas} -> {replicas})"
     # Said only on evidence: the aim broken, a queue growing at the limits, or a demand beyond what the bounds can
     # drain at all. A plan short of its margin while the SLO holds is no alarm, just no room to grow.
     at_limits = r.saturated and in_force.replicas >= policy.replicas_max
     infeasible = stuck or (
         not plan.feasible and (r.over or at_limits or r.demand_rps > policy.replicas_max * plan.candidate.capacity_rps)
     )
-    why = _explain(plan, load, curve, policy, alarm=infeasible) + kept_note
+    why = _explain(plan, load, curve, policy, alarm=infeasible) + kept_note + scale_note
     if stuck:
         why = (
             f"the SLO breaks at {r.demand_rps:.0f} req/s and no config within the bounds holds it with the model "
