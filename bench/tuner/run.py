@@ -3,6 +3,7 @@
     python bench/tuner/run.py                 # the full family (>= 100 scenarios; ~1 h of CPU: use --jobs)
     python bench/tuner/run.py --quick         # 12 scenarios, shorter traces (~3 min on 2 cores)
     python bench/tuner/run.py --jobs 16       # processes
+    python bench/tuner/run.py --wide          # the out-of-sample family: 50 scenarios along other axes
 
 Every scenario is drawn from fixed seeds: a curve family (linear, power law with exponent 0.8-1.6,
 TensorRT-style stepwise, saturating, the legacy curves of the first benchmark, and curves measured on the
@@ -84,6 +85,12 @@ def _curve(family: str, rng: np.random.Generator, engine_max: int) -> PiecewiseC
         top = a * float(rng.uniform(1.5, 4))
         pts = [(b, a + top * (1 - math.exp(-b / k)) + 0.02 * a * b) for b in sizes]
         label = f"saturating(a={a:.1f},k={k:.0f})"
+    elif family == "knee":
+        # Linear up to a knee, steeply superlinear past it (a kernel that stops fitting the device past a size).
+        knee = int(rng.choice([4, 8, 16, 32]))
+        c = a / float(rng.uniform(10, 40))
+        pts = [(b, a + c * b + (0.0 if b <= knee else 0.05 * a * (b - knee) ** 1.5)) for b in sizes]
+        label = f"knee(a={a:.1f},k={knee})"
     elif family == "legacy":
         if rng.random() < 0.5:
             pts = [(b, 2.0 + 0.4 * b**1.3) for b in sizes]
@@ -177,6 +184,89 @@ def scenarios(quick: bool, seed: int = SEED, count: int | None = None) -> list[S
     return out
 
 
+WIDE_FAMILIES = ("linear", "power", "stepwise", "saturating", "knee")
+WIDE_TRACES = ("ramp-up", "sawtooth", "walk", "step-up-2", "spike")
+WIDE_SEED = 20261202
+
+
+def _wide_segments(
+    kind: str, peak: float, duration: float, rng: np.random.Generator
+) -> list[tuple[float, float, float]]:
+    low = peak * float(rng.uniform(0.05, 0.5))
+    if kind == "ramp-up":
+        n = 16
+        return [(i * duration / n, (i + 1) * duration / n, low + (peak - low) * i / (n - 1)) for i in range(n)]
+    if kind == "sawtooth":
+        out, t, period, n = [], 0.0, float(rng.uniform(90, 200)), 6
+        while t < duration:
+            for i in range(n):
+                a = t + i * period / n
+                if a < duration:
+                    out.append((a, min(duration, a + period / n), low + (peak - low) * i / (n - 1)))
+            t += period
+        return out
+    if kind == "walk":
+        out, t, r = [], 0.0, float(rng.uniform(low, peak))
+        while t < duration:
+            d = float(rng.uniform(20, 120))
+            out.append((t, min(duration, t + d), r))
+            t += d
+            r = float(np.clip(r * math.exp(rng.normal(0, 0.35)), low, peak))
+        return out
+    if kind == "step-up-2":
+        return [(0, duration / 4, low), (duration / 4, duration / 2, (low + peak) / 2), (duration / 2, duration, peak)]
+    if kind == "spike":
+        at, width = float(rng.uniform(duration / 4, duration / 2)), float(rng.uniform(5, 25))
+        return [(0, at, low * 1.5), (at, at + width, peak * 1.3), (at + width, duration, low * 1.5)]
+    raise ValueError(kind)
+
+
+def wide_scenarios(seed: int = WIDE_SEED, count: int | None = None) -> list[Scenario]:
+    """An out-of-sample family along axes the main one holds fixed: replicas at the start below the most, the
+    99.9th and 95th percentiles, 15 s and 60 s intervals, P99 noise up to 25 %, loads up to 0.95 of what the most
+    replicas carry, SLOs from 1.8x a batch time, a knee curve, and ramps up, sawtooths, random walks, two-step
+    rises and short spikes. (The oracle runs at the most replicas: where tailtune starts below them, saving the
+    replicas the load does not need, its goodput/oracle also counts what those replicas would have served in a
+    spike; the defaults run at the start's replicas.)"""
+    rng = np.random.default_rng(seed)
+    out: list[Scenario] = []
+    for i in range(count or 50):
+        family = WIDE_FAMILIES[i % len(WIDE_FAMILIES)]
+        trace = WIDE_TRACES[(i // len(WIDE_FAMILIES)) % len(WIDE_TRACES)]
+        curve = _curve(family, rng, int(rng.choice([16, 32, 64, 128])))
+        ref = int(rng.choice([b for b, _ in curve.points if b >= 2] or [1]))
+        pct = float(rng.choice([95.0, 99.0, 99.0, 99.9]))
+        slo = round(float(rng.uniform(1.8, 6.0)) * curve.ms(ref), 2)
+        replicas_max = int(rng.integers(1, 5))
+        replicas = int(rng.integers(1, replicas_max + 1))
+        instances = int(rng.choice([1, 1, 2]))
+        start = int(rng.choice([1, 4, 8, 16, curve.engine_max]))
+        interval = float(rng.choice([15.0, 30.0, 60.0]))
+        duration = interval * int(rng.integers(14, 24))
+        peak = float(rng.uniform(0.3, 0.95)) * replicas_max * _capacity_within(curve, slo)
+        noise = float(rng.choice([0.0, 0.0, 0.1, 0.25]))
+        segs = _wide_segments(trace, peak, duration, rng)
+        setup = Setup(
+            curve=curve,
+            segments=tuple((float(a), float(b), float(r)) for a, b, r in segs),
+            slo_ms=slo,
+            percentile=pct,
+            instances=instances,
+            replicas=replicas,
+            replicas_max=replicas_max,
+            interval_s=interval,
+            start_max_batch=min(start, curve.engine_max),
+            p99_noise=noise,
+            seed=5000 + i + seed % 100_000,
+        )
+        name = (
+            f"{i:03d}-{family}-{trace}-r{replicas}of{replicas_max}-i{instances}-s{setup.start_max_batch}"
+            f"-p{pct:g}-iv{interval:g}-n{noise:g}"
+        )
+        out.append(Scenario(name, family, trace, setup))
+    return out
+
+
 BASELINES = ("triton-default", "aimd", "oracle", "start")
 
 
@@ -249,17 +339,32 @@ def _dist(xs: list[float]) -> str:
     return f"{min(xs):.3f} / {np.percentile(xs, 10):.3f} / {np.median(xs):.3f}"
 
 
-def report(results: list[dict[str, Any]], out: Path, quick: bool, seed: int = SEED, count: int | None = None) -> str:
+def report(
+    results: list[dict[str, Any]],
+    out: Path,
+    quick: bool,
+    seed: int = SEED,
+    count: int | None = None,
+    wide: bool = False,
+) -> str:
     """Markdown report: targets, distribution per family, the 5 worst; PNGs beside it."""
     from tailtune.tuner.whatif import plot
 
-    by_name = {sc.name: sc for sc in scenarios(quick, seed, count)}
+    drawn = wide_scenarios(seed, count) if wide else scenarios(quick, seed, count)
+    by_name = {sc.name: sc for sc in drawn}
+    default_seed = WIDE_SEED if wide else SEED
     lines = [
         "# Tuner benchmark (simulator)",
         "",
-        f"{len(results)} scenarios; `python bench/tuner/run.py{' --quick' if quick else ''}"
-        f"{f' --seed {seed}' if seed != SEED else ''}{f' --count {count}' if count else ''}`. "
-        "Goodput = requests answered within the SLO per second; ratios are tailtune / baseline in the same run.",
+        f"{len(results)} scenarios; `python bench/tuner/run.py{' --quick' if quick else ''}{' --wide' if wide else ''}"
+        f"{f' --seed {seed}' if seed != default_seed else ''}{f' --count {count}' if count else ''}`. "
+        "Goodput = requests answered within the SLO per second; ratios are tailtune / baseline in the same run."
+        + (
+            " The wide family: the oracle runs at the most replicas, tailtune and the static policies start below "
+            "them where the scenario's name says `rNofM`."
+            if wide
+            else ""
+        ),
         "",
         "| family | n | goodput/oracle min / p10 / median | windows in SLO (excl. steps) min / p10 / median "
         "| vs Triton default min | vs start min | vs max(default, AIMD) min | settle max "
@@ -359,7 +464,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="12 short scenarios")
     ap.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
     ap.add_argument("--out", type=Path, default=OUT, help=f"report folder (default {OUT})")
-    ap.add_argument("--seed", type=int, default=SEED, help=f"draw the family from this seed (default {SEED})")
+    ap.add_argument(
+        "--seed", type=int, default=None, help=f"draw the family from this seed (default {SEED}; --wide: {WIDE_SEED})"
+    )
+    ap.add_argument(
+        "--wide",
+        action="store_true",
+        help="the out-of-sample family (default 50 scenarios): start replicas below the most, P95/P99.9, 15 s and "
+        "60 s intervals, noise, a knee curve, ramps up, sawtooths, random walks, two-step rises, spikes",
+    )
     ap.add_argument("--count", type=int, default=None, help="scenarios to draw (default 120, 12 with --quick)")
     ap.add_argument("--only", default="", help="run only scenarios whose name matches this regular expression")
     ap.add_argument("--report-only", action="store_true", help="rewrite the report from results.json")
@@ -370,11 +483,13 @@ def main(argv: list[str] | None = None) -> int:
         "(valid while the simulator and the scenarios are unchanged)",
     )
     args = ap.parse_args(argv)
+    seed = args.seed if args.seed is not None else WIDE_SEED if args.wide else SEED
     t0 = time.perf_counter()
     if args.report_only:
         results = json.loads((args.out / "results.json").read_text())
     else:
-        scs = [s for s in scenarios(args.quick, args.seed, args.count) if re.search(args.only, s.name)]
+        drawn = wide_scenarios(seed, args.count) if args.wide else scenarios(args.quick, seed, args.count)
+        scs = [s for s in drawn if re.search(args.only, s.name)]
         args.out.mkdir(parents=True, exist_ok=True)
         results = []
         earlier = {r["name"]: r for r in json.loads(args.baselines.read_text())} if args.baselines else {}
@@ -384,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
             for res in pool.map(run_one, scs, base):
                 results.append(res)
                 (args.out / "results.json").write_text(json.dumps(results))
-    text = report(results, args.out, args.quick, args.seed, args.count)
+    text = report(results, args.out, args.quick, seed, args.count, args.wide)
     (args.out / "report.md").write_text(text)
     print(text.split("## The 5 worst")[0])
     print(f"{len(results)} scenarios in {time.perf_counter() - t0:.0f} s; report {args.out / 'report.md'}")
