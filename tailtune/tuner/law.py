@@ -790,9 +790,16 @@ def _choose(
         # the new ones are not ready yet) only for a batching in force that does not carry its share of the
         # demand at the new count (the margin, and a sturdier batching, can wait for a later window).
         scaling_out = replicas > in_force.replicas and current.carries() * replicas >= r.demand_rps
+        # ... but until the new replicas are ready (a cold start and warmup: a window or so) the pods in force carry
+        # the whole load: where the batching in force does not keep up with it there by what full batches drain
+        # and the plan's does, the reload goes with the scale-out (else batches run away while the new pods start).
+        bridges = (
+            replicas > in_force.replicas
+            and current.burst_rps * in_force.replicas < plan.load_rps <= target.burst_rps * in_force.replicas
+        )
         # Under a backlog a reload is for capacity alone: a batching no sturdier drains the queue no faster (its
         # edge in latency shows once the queue is gone).
-        if keep and (
+        if keep and not bridges and (
             scaling_out
             or (
                 not sturdier

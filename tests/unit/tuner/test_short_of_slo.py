@@ -562,3 +562,43 @@ def test_a_config_short_of_the_demand_that_answers_far_more_of_it_in_time_is_tak
     assert isinstance(timeline, list)
     assert timeline[0]["max_batch"] == 32 and timeline[1]["max_batch"] <= 16, timeline
     assert timeline[1]["goodput_rps"] > 2 * timeline[0]["goodput_rps"], timeline
+
+
+def test_a_scale_out_reloads_a_batching_that_cannot_carry_the_load_while_the_new_pods_start() -> None:
+    """A scale-out keeps the batching in force where it carries its share at the new count, but until the new pod
+    is ready (a cold start: 30 s here, a whole window) the pod in force carries everything. Out of sample (a
+    power-law curve, exponent 1.48; a sawtooth 109 -> 234 req/s; 1 of 2 replicas from max batch 16; P95 within
+    206.5 ms): max batch 16's full batches drain 195 req/s, the plan's load with its margin was 206; kept through
+    the scale-out, its batches ran away on the lone pod (P95 3.6 s; 0.925 of the oracle's goodput). The reload now
+    goes with the scale-out, to a batching whose full batches keep up there."""
+    points = ((1, 12.4125), (2, 14.4902), (4, 20.3051), (8, 36.5788), (12, 57.4888), (16, 82.1233))
+    points += ((24, 140.6429), (32, 209.5862), (48, 373.3619), (64, 566.3101))
+    period, levels = 90.2262527371082, 6
+    saw = tuple(
+        (period * k + period / levels * i, period * k + period / levels * (i + 1), 109.1643 + 24.9501 * i)
+        for k in range(6)
+        for i in range(levels)
+        if period * k + period / levels * i < 510.0
+    )
+    saw = (*saw[:-1], (saw[-1][0], 510.0, saw[-1][2]))
+    setup = Setup(
+        PiecewiseCurve(points, "ood-power-sawtooth"),
+        saw,
+        206.5,
+        percentile=95.0,
+        replicas=1,
+        replicas_max=2,
+        start_max_batch=16,
+        seed=5032,
+    )
+    summary = summarize(setup, "tailtune")
+    timeline = summary["timeline"]
+    assert isinstance(timeline, list)
+    out = next(w for w, row in enumerate(timeline) if row["replicas"] > 1)
+    mb = timeline[out]["max_batch"]
+    # The batching that came with the scale-out keeps up on the lone pod by what its full batches drain ...
+    assert mb < 16 and 1000.0 * mb / setup.curve.ms(mb) > 1000.0 * 16 / setup.curve.ms(16), timeline[out]
+    # ... and the run loses less than 5 % of the oracle's goodput (the oracle runs both replicas from the start; the
+    # saw's top, 234 req/s, still overruns the lone pod for a few seconds before the second is ready).
+    oracle = summarize(setup, "oracle")["goodput_rps"]
+    assert summary["goodput_rps"] >= 0.95 * oracle, (summary["goodput_rps"], oracle, timeline)
