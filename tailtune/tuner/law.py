@@ -738,6 +738,12 @@ def _share_gained(
     return both or current_share * SWITCH_GAIN < target_share
 
 
+def _outrun(current: Candidate, target: Candidate, load_rps: float, pods: int) -> bool:
+    """On `pods` pods the full batches of the batching in force drain less than `load_rps`, and `target`'s drain
+    it: the batching in force runs away at that load where the target keeps up."""
+    return current.burst_rps * pods < load_rps <= target.burst_rps * pods
+
+
 def _choose(
     plan: Plan,
     current: Candidate,
@@ -762,7 +768,7 @@ def _choose(
         # batches past the most efficient one run away at the first burst: the model's share, a normal spread
         # around where batches settle, misses those excursions).
         # (Every config breaks the SLO here: one left earlier for breaking it is no worse for that.)
-        runs_away = current.burst_rps * replicas < plan.load_rps <= target.burst_rps * replicas
+        runs_away = _outrun(current, target, plan.load_rps, replicas)
         gained = _share_gained(plan.share, target, current_share, current, policy)
         if current.max_batch >= policy.warmup_max and not runs_away and not gained:
             target = current
@@ -789,14 +795,12 @@ def _choose(
         # Scaling out, the new replicas relieve the pressure: a reload on every pod besides (a pause each, while
         # the new ones are not ready yet) only for a batching in force that does not carry its share of the
         # demand at the new count (the margin, and a sturdier batching, can wait for a later window).
-        scaling_out = replicas > in_force.replicas and current.carries() * replicas >= r.demand_rps
+        adding = replicas > in_force.replicas
+        scaling_out = adding and current.carries() * replicas >= r.demand_rps
         # ... but until the new replicas are ready (a cold start and warmup: a window or so) the pods in force carry
         # the whole load: where the batching in force does not keep up with it there by what full batches drain
         # and the plan's does, the reload goes with the scale-out (else batches run away while the new pods start).
-        bridges = (
-            replicas > in_force.replicas
-            and current.burst_rps * in_force.replicas < plan.load_rps <= target.burst_rps * in_force.replicas
-        )
+        bridges = adding and _outrun(current, target, plan.load_rps, in_force.replicas)
         # Under a backlog a reload is for capacity alone: a batching no sturdier drains the queue no faster (its
         # edge in latency shows once the queue is gone).
         if keep and not bridges and (
