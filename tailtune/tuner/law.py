@@ -10,11 +10,12 @@ It plans from a model, not from steps:
 3. a queueing model of the batcher (`model`): for each candidate (max batch, queue delay) the largest
    rate one replica serves with the predicted latency within the aim, corrected by the observed/predicted
    ratio of the config in force (calibration);
-4. the cheapest config: the fewest replicas that carry the load, then the most robust batching (the most
-   load within the aim), then the smaller batch. It goes there in one change. Short of the SLO within the
-   bounds: the most load within the SLO among configs that keep up; where nothing holds the SLO even at the
-   demand itself, the most goodput (the largest share of the demand the model answers within the SLO: a
-   config whose batches at this load take longer than the SLO answers none in time, however much it drains);
+4. the cheapest config: the fewest replicas that carry the load, then the most robust batching (the most load
+   within the aim), then the smaller batch, among batchings that are not fragile (the count is theirs). It goes
+   there in one change. Short of the SLO within the bounds: the most load within the SLO among configs that keep
+   up; where nothing holds the SLO even at the demand itself, the most goodput (the largest share of the demand
+   the model answers within the SLO: a config whose batches at this load take longer than the SLO answers none in
+   time, however much it drains);
 5. evidence over the model: a config that breaks the SLO for distinct windows at a steady queue while the
    model overrates it is left for one that holds the SLO with the model erring as much on it (none: said
    `SLOInfeasible`); what was left for breaking the SLO, or a canary rejected, is not planned again at that
@@ -639,8 +640,14 @@ def best_plan(
     best = max(cands, key=lambda c: (c.carries(), -c.max_batch, -c.delay_us))
     if best.carries() <= 0:
         best = max(cands, key=lambda c: (c.capacity_rps, -c.max_batch))
-    need = math.ceil(load_rps / best.carries()) if best.carries() > 0 else policy.replicas_max + 1
-    need = max(policy.replicas_min, need)
+    # Planned on: measured sizes (or the one that carries the most), and of those only configs with a fair share of
+    # the most capacity (a burst past the plan must not find a fragile one). The count is that of these configs: a
+    # fragile config's count with a sturdier config's batching leaves the plan short of its load.
+    fitting = [c for c in cands if not c.extrapolated or c is best]
+    most_rps = max(c.capacity_rps for c in fitting)
+    fitting = [c for c in fitting if c.capacity_rps * FRAGILE_FACTOR >= most_rps] or fitting
+    top = max(c.carries() for c in fitting)
+    need = _replicas_for(load_rps, top, policy)
     if need > policy.replicas_max and policy.headroom < 1.0:
         # Nothing keeps the aim within the bounds: the SLO itself is the next best target (no headroom left).
         at_slo = best_plan(
@@ -697,17 +704,20 @@ def best_plan(
         return Plan(most, policy.replicas_max, False, load_rps)
     # Among the most robust (within 2 %): a larger cap costs nothing at low load (a greedy batcher forms small
     # batches) and buys headroom, until the model says it breaks the aim.
-    fitting = [c for c in cands if not c.extrapolated or c is best]
-    # Only configs with a fair share of the most capacity: a burst past the plan must not find a fragile one.
-    most_rps = max(c.capacity_rps for c in fitting)
-    fitting = [c for c in fitting if c.capacity_rps * FRAGILE_FACTOR >= most_rps] or fitting
-    top = max(c.carries() for c in fitting)
-    # Among those, the most capacity (a burst beyond the plan is served, if late), then the smaller batch.
+    # Among those (which carry the load on as many replicas, within the same 2 %), the most capacity (a burst beyond
+    # the plan is served, if late), then the smaller batch.
     near = [c for c in fitting if c.carries() >= 0.98 * top]
     pick = max(
         near, key=lambda c: (round(c.capacity_rps / max(c.capacity_rps for c in near), 2), -c.max_batch, -c.delay_us)
     )
     return Plan(pick, need, True, load_rps)
+
+
+def _replicas_for(load_rps: float, carries_rps: float, policy: Policy) -> int:
+    """The replicas that carry `load_rps` at `carries_rps` each (at least the spec's minimum; past the most where
+    a replica carries nothing)."""
+    need = math.ceil(load_rps / carries_rps) if carries_rps > 0 else policy.replicas_max + 1
+    return max(policy.replicas_min, need)
 
 
 def share(

@@ -83,6 +83,31 @@ def test_a_change_never_adopts_a_config_short_of_demand_unless_infeasible() -> N
     assert changes >= CASES // 4  # the family exercises changes, not only holds
 
 
+def test_a_a_feasible_plan_carries_its_load_on_its_replicas() -> None:
+    """The planner's count is that of the config it picks: where the configs that carry the most are fragile and
+    a sturdier one is picked, the count is the sturdier one's (a plan of 2 replicas at 406 req/s each for a load of
+    1260 was seen on a stepwise curve)."""
+    rng = np.random.default_rng(109)
+    feasible = 0
+    for i in range(2 * CASES):
+        t = families_curve(rng, KINDS[i % len(KINDS)])
+        top = int(rng.choice([8, 16, 32, 64, 128]))
+        policy = make_policy(rng, t, top)
+        load = policy.replicas_max * capacity(t, top) * float(rng.uniform(0.05, 1.2))
+        calibration = float(rng.uniform(0.8, 1.25))
+        plan = best_plan(Curve(policy.build_curve), load, policy, calibration, backlog=False)
+        if not plan.feasible:
+            continue
+        feasible += 1
+        assert policy.replicas_min <= plan.replicas <= policy.replicas_max, i
+        # (Configs within 2 % of the most robust are alike to the planner: it picks the most capacity among them.)
+        assert plan.replicas * plan.candidate.carries() >= 0.98 * load, (i, plan)
+        if plan.replicas > policy.replicas_min:
+            # ... and no fewer would do with it.
+            assert (plan.replicas - 1) * plan.candidate.carries() < load, (i, plan)
+    assert feasible >= CASES // 2
+
+
 # (b) -------------------------------------------------------------------------------------------------------
 
 
