@@ -12,10 +12,10 @@ It plans from a model, not from steps:
    ratio of the config in force (calibration);
 4. the cheapest config: the fewest replicas that carry the load, then the most robust batching (the most load
    within the aim), then the smaller batch, among batchings that are not fragile (the count is theirs). It goes
-   there in one change. Short of the SLO within the bounds: the most load within the SLO among configs that keep
-   up; where nothing holds the SLO even at the demand itself, the most goodput (the largest share of the demand
-   the model answers within the SLO: a config whose batches at this load take longer than the SLO answers none in
-   time, however much it drains);
+   there in one change. Short of the aim within the bounds: the SLO on every replica allowed. Short of the SLO
+   within the bounds: the most load within the SLO among configs that keep up; where nothing holds the SLO even
+   at the demand itself, the most goodput (the largest share of the demand the model answers within the SLO: a
+   config whose batches at this load take longer than the SLO answers none in time, however much it drains);
 5. evidence over the model: a config that breaks the SLO for distinct windows at a steady queue while the
    model overrates it is left for one that holds the SLO with the model erring as much on it (none: said
    `SLOInfeasible`); what was left for breaking the SLO, or a canary rejected, is not planned again at that
@@ -649,12 +649,14 @@ def best_plan(
     top = max(c.carries() for c in fitting)
     need = _replicas_for(load_rps, top, policy)
     if need > policy.replicas_max and policy.headroom < 1.0:
-        # Nothing keeps the aim within the bounds: the SLO itself is the next best target (no headroom left).
+        # Nothing keeps the aim within the bounds: the SLO itself is the next best target (no headroom left), on
+        # every replica the bounds allow (what would keep the aim costs more than that: the fewest that keep only
+        # the SLO would plan fewer replicas for more load, and spend the headroom the rest still buy).
         at_slo = best_plan(
             curve, load_rps, policy.model_copy(update={"headroom": 1.0}), calibration, backlog, avoid, peak_rps
         )
         if at_slo.feasible:
-            return Plan(at_slo.candidate, at_slo.replicas, True, load_rps, within_slo_only=True)
+            return Plan(at_slo.candidate, policy.replicas_max, True, load_rps, within_slo_only=True)
         policy = policy.model_copy(update={"headroom": 1.0})
         cands = [candidate(curve, c.max_batch, c.delay_us, policy, calibration) for c in cands]
         best = max(cands, key=lambda c: (c.carries(), -c.max_batch, -c.delay_us))

@@ -108,6 +108,29 @@ def test_a_a_feasible_plan_carries_its_load_on_its_replicas() -> None:
     assert feasible >= CASES // 2
 
 
+def test_a_more_load_never_plans_fewer_replicas() -> None:
+    """Over a ladder of loads on one curve the planned count never falls: where nothing keeps the aim within the
+    bounds the plan keeps the SLO on every replica allowed, not on the fewest that keep only the SLO (those were
+    fewer than the aim's count at a lower load: 2 replicas within the aim, then 1 within the SLO for more load)."""
+    rng = np.random.default_rng(5)
+    at_slo = 0
+    for i in range(CASES // 3):
+        t = families_curve(rng, KINDS[i % len(KINDS)])
+        top = int(rng.choice([8, 16, 32, 64, 128]))
+        policy = make_policy(rng, t, top)
+        curve, calibration = Curve(policy.build_curve), float(rng.uniform(0.8, 1.25))
+        most = policy.replicas_max * capacity(t, top)
+        counts = []
+        # (Up to where the most capacity is nearly spent: past it the count is the most, and the plans cost more.)
+        for share in np.linspace(0.05, 0.9, 10):
+            plan = best_plan(curve, most * share, policy, calibration, backlog=False)
+            assert policy.replicas_min <= plan.replicas <= policy.replicas_max, (i, share, plan)
+            at_slo += plan.feasible and plan.within_slo_only
+            counts.append(plan.replicas)
+        assert counts == sorted(counts), (i, counts)
+    assert at_slo >= CASES // 30  # the ladder reaches plans within the SLO only, where the count fell
+
+
 # (b) -------------------------------------------------------------------------------------------------------
 
 
