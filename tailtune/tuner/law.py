@@ -659,7 +659,6 @@ def best_plan(
             return Plan(at_slo.candidate, policy.replicas_max, True, load_rps, within_slo_only=True)
         policy = policy.model_copy(update={"headroom": 1.0})
         cands = [candidate(curve, c.max_batch, c.delay_us, policy, calibration) for c in cands]
-        best = max(cands, key=lambda c: (c.carries(), -c.max_batch, -c.delay_us))
     if need > policy.replicas_max:
         demand = load_rps / policy.demand_margin
         # Keeping up comes first: a config that cannot carry the demand collapses into a backlog.
