@@ -18,6 +18,7 @@ to the readers.
 
 from __future__ import annotations
 
+import array
 import bisect
 import heapq
 import math
@@ -44,18 +45,10 @@ class WindowStats:
     batch: Floats
 
 
-class _Mirror:
-    """A numpy copy of a growing list, extended on demand."""
-
-    def __init__(self, dtype: type[np.float64] | type[np.int64]) -> None:
-        self.dtype = dtype
-        self.array: npt.NDArray[Any] = np.empty(0, dtype=dtype)
-
-    def sync(self, items: list[float] | list[int]) -> npt.NDArray[Any]:
-        if len(items) > len(self.array):
-            fresh = np.asarray(items[len(self.array) :], dtype=self.dtype)
-            self.array = np.concatenate([self.array, fresh])
-        return self.array
+def _view(items: array.array[float] | array.array[int], dtype: type[np.float64] | type[np.int64]) -> npt.NDArray[Any]:
+    """A numpy view of a typed array, no copy. Hold it only within one read: the array cannot grow while a view
+    of it lives (Python raises BufferError rather than move the memory under it)."""
+    return np.frombuffer(items, dtype=dtype) if len(items) else np.empty(0, dtype=dtype)
 
 
 class Replica:
@@ -81,25 +74,23 @@ class Replica:
         self._noise_sigma = noise_sigma
         self._rng = rng or np.random.default_rng(0)
         self._noise: list[float] = []
-        self._arr: list[float] = []  # arrivals routed here, sorted
+        # Per-request and per-batch records are typed arrays (8 bytes an item, not a boxed Python number: a
+        # recorded day of traffic is hundreds of millions of requests).
+        self._arr = array.array("d")  # arrivals routed here, sorted
         self._scan = 0  # arrivals before this were admitted or rejected
-        self._queue: list[int] = []  # admitted arrival indices, in order; [head:] still queued
+        self._queue = array.array("q")  # admitted arrival indices, in order; [head:] still queued
         self._head = 0
         self._rejected: list[float] = []
         # Per batch, in dispatch order (so completion times are sorted): size, dispatch, completion.
-        self._b_size: list[int] = []
-        self._b_start: list[float] = []
-        self._b_fin: list[float] = []
-        self._b_exec: list[float] = []  # device time of each batch (what Triton's batch statistics time)
+        self._b_size = array.array("q")
+        self._b_start = array.array("d")
+        self._b_fin = array.array("d")
+        self._b_exec = array.array("d")  # device time of each batch (what Triton's batch statistics time)
+        self._b_first = array.array("q", [0])  # requests dispatched before each batch (and after the last)
         self._instances = [ready_at] * instances
         self._device_free = ready_at
         self._cursor = ready_at
         self._paused_until = ready_at
-        self._m_arr = _Mirror(np.float64)
-        self._m_queue = _Mirror(np.int64)
-        self._m_size = _Mirror(np.int64)
-        self._m_start = _Mirror(np.float64)
-        self._m_fin = _Mirror(np.float64)
 
     @property
     def executions(self) -> int:
@@ -108,7 +99,7 @@ class Replica:
 
     def add_arrivals(self, times: Floats) -> None:
         """Route more arrivals here; all later than those already routed."""
-        self._arr.extend(times.tolist())
+        self._arr.frombytes(np.ascontiguousarray(times, dtype=np.float64).tobytes())
 
     def set_batching(self, batching: Batching, at: float) -> None:
         """Hot reload at time `at` (the replica must have run until `at`)."""
@@ -188,26 +179,26 @@ class Replica:
         self._b_start.append(now)
         self._b_fin.append(fin)
         self._b_exec.append(exec_s)
+        self._b_first.append(self._head)
         self._cursor = now
 
     def _requests(self, lo: int, hi: int) -> tuple[Floats, Floats, Floats, Floats]:
         """(arrival, dispatch, completion, batch size) of the requests in batches lo..hi-1."""
-        arr = self._m_arr.sync(self._arr)
-        queue = self._m_queue.sync(self._queue)
-        size = self._m_size.sync(self._b_size)
-        first = int(size[:lo].sum())
-        sizes = size[lo:hi]
-        n = int(sizes.sum())
+        arr = _view(self._arr, np.float64)
+        queue = _view(self._queue, np.int64)
+        sizes = _view(self._b_size, np.int64)[lo:hi]
+        first = self._b_first[lo]
+        n = self._b_first[hi] - first
         return (
-            arr[queue[first : first + n]].astype(np.float64),
-            np.repeat(self._m_start.sync(self._b_start)[lo:hi], sizes).astype(np.float64),
-            np.repeat(self._m_fin.sync(self._b_fin)[lo:hi], sizes).astype(np.float64),
+            arr[queue[first : first + n]],
+            np.repeat(_view(self._b_start, np.float64)[lo:hi], sizes),
+            np.repeat(_view(self._b_fin, np.float64)[lo:hi], sizes),
             np.repeat(sizes, sizes).astype(np.float64),
         )
 
     def window(self, start: float, end: float) -> WindowStats:
         """Requests that completed in [start, end)."""
-        fin = self._m_fin.sync(self._b_fin)
+        fin = _view(self._b_fin, np.float64)
         lo = int(np.searchsorted(fin, start, side="left"))
         hi = int(np.searchsorted(fin, end, side="left"))
         arr, st, done, size = self._requests(lo, hi)
@@ -215,7 +206,7 @@ class Replica:
 
     def batch_stats(self, start: float, end: float) -> dict[int, tuple[int, float]]:
         """Per batch size: executions that completed in [start, end) and their summed device seconds."""
-        fin = self._m_fin.sync(self._b_fin)
+        fin = _view(self._b_fin, np.float64)
         lo = int(np.searchsorted(fin, start, side="left"))
         hi = int(np.searchsorted(fin, end, side="left"))
         out: dict[int, tuple[int, float]] = {}
@@ -226,17 +217,19 @@ class Replica:
 
     def outcomes(self) -> tuple[Floats, Floats]:
         """(arrival, latency) of every request routed here; inf when rejected or not finished."""
-        arr, _, done, _ = self._requests(0, len(self._b_size))
-        everything = self._m_arr.sync(self._arr).astype(np.float64)
-        waiting = everything[np.asarray(self._queue[self._head :], dtype=np.int64)]
-        lost = np.concatenate([waiting, everything[self._scan :], np.asarray(self._rejected)])
-        return np.concatenate([arr, lost]), np.concatenate([done - arr, np.full(len(lost), np.inf)])
+        everything = _view(self._arr, np.float64)
+        queue = _view(self._queue, np.int64)
+        served = everything[queue[: self._head]]
+        latency = np.repeat(_view(self._b_fin, np.float64), _view(self._b_size, np.int64))
+        latency -= served
+        lost = np.concatenate([everything[queue[self._head :]], everything[self._scan :], np.asarray(self._rejected)])
+        return np.concatenate([served, lost]), np.concatenate([latency, np.full(len(lost), np.inf)])
 
     def pending(self, t: float) -> int:
         """Requests routed here by time t and not yet dispatched or rejected by then (t in the past)."""
         arrived = bisect.bisect_right(self._arr, t)
         batches = bisect.bisect_right(self._b_start, t)
-        dispatched = int(self._m_size.sync(self._b_size)[:batches].sum())
+        dispatched = self._b_first[batches]
         return arrived - dispatched - bisect.bisect_right(self._rejected, t)
 
     @property

@@ -223,6 +223,7 @@ class SimCluster:
         parts = [r.outcomes() for r in self._all]
         arr = np.concatenate([p[0] for p in parts] + [unrouted])
         lat = np.concatenate([p[1] for p in parts] + [np.full(len(unrouted), np.inf)])
+        del parts  # a long trace holds hundreds of millions of requests: one copy at a time
         order = np.argsort(arr, kind="stable")
         return arr[order], lat[order]
 

@@ -106,6 +106,8 @@ class Curve:
             # Execution time never shrinks with the batch: a noisy dip must not invite larger batches.
             times.append(max(p.ms, times[-1]) if times else p.ms)
         self.times = times
+        # The planner asks t(b) of the same few sizes millions of times a decision: answered once each.
+        self._memo: dict[float, Estimate] = {}
 
     def __bool__(self) -> bool:
         return bool(self.sizes)
@@ -117,6 +119,12 @@ class Curve:
 
     def estimate(self, batch: float) -> Estimate:
         """t(batch) in ms; raises ValueError without data."""
+        known = self._memo.get(batch)
+        if known is None:
+            known = self._memo[batch] = self._estimate(batch)
+        return known
+
+    def _estimate(self, batch: float) -> Estimate:
         xs, ys = self.sizes, self.times
         if not xs:
             raise ValueError("no measured service time")

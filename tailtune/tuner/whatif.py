@@ -18,7 +18,9 @@ never answered counts as infinitely late).
 
 from __future__ import annotations
 
+import bisect
 import csv
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -142,7 +144,22 @@ class Setup:
 
     def rate_at(self, t: float) -> float:
         """Offered rate at time t."""
-        return next((r for a, b, r in self.segments if a <= t < b), 0.0)
+        starts = self._starts
+        if starts is None:
+            return next((r for a, b, r in self.segments if a <= t < b), 0.0)
+        i = bisect.bisect_right(starts, t) - 1
+        if i < 0:
+            return 0.0
+        a, b, r = self.segments[i]
+        return r if a <= t < b else 0.0
+
+    @functools.cached_property
+    def _starts(self) -> list[float] | None:
+        """The segments' starts where they are in order and do not overlap (a trace's are): rate_at bisects
+        them (a recorded trace has a row a second); None otherwise."""
+        segs = self.segments
+        ordered = all(segs[i][1] <= segs[i + 1][0] and segs[i][0] <= segs[i][1] for i in range(len(segs) - 1))
+        return [a for a, _, _ in segs] if ordered else None
 
 
 @dataclass
@@ -314,13 +331,19 @@ def windows_goodput(run: Run, setup: Setup) -> tuple[Floats, Floats]:
     """Per window: goodput (req/s within the SLO) and the percentile latency (ms) of the window's arrivals."""
     n = round(setup.end_s / setup.interval_s)
     idx = np.minimum((run.arrivals // setup.interval_s).astype(np.int64), n - 1)
+    latency = run.latency
+    if len(idx) > 1 and np.any(idx[1:] < idx[:-1]):
+        order = np.argsort(idx, kind="stable")
+        idx, latency = idx[order], latency[order]
+    # Each window's requests are one slice (linear in the trace, not windows x requests).
+    bounds = np.searchsorted(idx, np.arange(n + 1), side="left")
     good = np.zeros(n)
     pct = np.zeros(n)
-    ok = run.latency * 1000 <= setup.slo_ms
-    np.add.at(good, idx, ok.astype(np.float64))
     for w in range(n):
-        lat = run.latency[idx == w]
-        pct[w] = float(np.percentile(lat, setup.percentile, method="higher")) * 1000 if len(lat) else 0.0
+        lat = latency[bounds[w] : bounds[w + 1]]
+        if len(lat):
+            good[w] = float(np.count_nonzero(lat * 1000 <= setup.slo_ms))
+            pct[w] = float(np.percentile(lat, setup.percentile, method="higher")) * 1000
     return good / setup.interval_s, pct
 
 
@@ -393,11 +416,19 @@ def summarize(setup: Setup, policy: str, run: Run | None = None) -> dict[str, An
     keep = [w for w in range(n) if w not in steps]
     offered = float(np.sum([setup.rate_at((w + 0.5) * setup.interval_s) for w in range(n)])) / max(n, 1)
     timeline = []
+    # Knobs and decisions are in time order: one pass over each, not one per window.
+    at = 0  # knobs[at - 1] is the last change before the window's end
+    said = 0  # codes[said] is the first decision not before the window's end
     for w in range(n):
         t = w * setup.interval_s
-        k = [x for x in knobs if x[0] <= t + setup.interval_s - 1e-9]
-        mb, delay, reps = (k[-1][1], k[-1][2], k[-1][3]) if k else (knobs[0][1], knobs[0][2], knobs[0][3])
-        code = next((c for tc, c, _ in codes if abs(tc - (t + setup.interval_s)) < 1e-6), "")
+        while at < len(knobs) and knobs[at][0] <= t + setup.interval_s - 1e-9:
+            at += 1
+        k = knobs[at - 1] if at else knobs[0]
+        mb, delay, reps = k[1], k[2], k[3]
+        end = t + setup.interval_s
+        while said < len(codes) and codes[said][0] < end - 1e-6:
+            said += 1
+        code = codes[said][1] if said < len(codes) and abs(codes[said][0] - end) < 1e-6 else ""
         timeline.append(
             {
                 "t_s": round(t, 3),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tailtune.sim.curves import PiecewiseCurve
@@ -245,3 +246,46 @@ def test_simulate_refuses_a_trace_of_more_windows_than_it_can_run(
     out = capsys.readouterr()
     assert out.out == "" and "t.csv" in out.err and "--duration-s" in out.err and "--interval-s" in out.err, out
     assert "Traceback" not in out.err
+
+
+def test_rate_at_finds_the_segment_of_a_long_trace_and_of_one_out_of_order() -> None:
+    """A recorded trace has a row a second: the rate at t is found by bisection, and is the same as a scan of the
+    segments (first match) at every point, with gaps between segments, at their edges, before and after them; a
+    segment list out of order is scanned."""
+    rng = np.random.default_rng(5)
+    curve = PiecewiseCurve(((1, 2.0), (8, 6.0)), "t")
+    for case in range(20):
+        starts = np.cumsum(rng.uniform(0.0, 3.0, 40))
+        ends = starts + rng.uniform(0.0, 3.0, 40) * (rng.uniform(size=40) < 0.8)
+        ends = np.minimum(ends, np.append(starts[1:], np.inf))
+        segs = tuple((float(a), float(b), float(r)) for a, b, r in zip(starts, ends, rng.uniform(0, 100, 40), strict=True))
+        shuffled = segs if case % 2 == 0 else tuple(rng.permutation(np.asarray(segs)).tolist())
+        setup = Setup(curve=curve, segments=shuffled, slo_ms=30.0)
+        points = [*starts, *ends, *rng.uniform(-1.0, float(ends[-1]) + 1.0, 200)]
+        for t in points:
+            expected = next((r for a, b, r in shuffled if a <= t < b), 0.0)
+            assert setup.rate_at(float(t)) == expected, (case, t)
+
+
+def test_window_goodput_does_not_depend_on_the_order_of_the_requests() -> None:
+    """Per-window goodput and percentile slice each window's requests out of the arrival-sorted outcomes; given in
+    another order, the same figures."""
+    from tailtune.tuner.whatif import Run, windows_goodput
+
+    rng = np.random.default_rng(9)
+    curve = PiecewiseCurve(((1, 2.0), (8, 6.0)), "t")
+    setup = Setup(curve=curve, segments=((0.0, 300.0, 50.0),), slo_ms=30.0, interval_s=30.0)
+    arrivals = np.sort(rng.uniform(0.0, 300.0, 5000))
+    # Some windows empty, some never answered (inf), the rest spread around the SLO.
+    keep = (arrivals < 90) | (arrivals >= 120)
+    arrivals = arrivals[keep]
+    latency = rng.lognormal(np.log(0.025), 0.5, len(arrivals))
+    latency[rng.uniform(size=len(arrivals)) < 0.01] = np.inf
+    good, pct = windows_goodput(Run("x", arrivals, latency), setup)
+    order = rng.permutation(len(arrivals))
+    good2, pct2 = windows_goodput(Run("x", arrivals[order], latency[order]), setup)
+    assert np.array_equal(good, good2) and np.array_equal(pct, pct2)
+    for w in range(10):
+        mine = latency[(arrivals >= 30 * w) & (arrivals < 30 * (w + 1))]
+        assert good[w] == pytest.approx(np.count_nonzero(mine * 1000 <= 30.0) / 30.0)
+    assert good[3] == 0.0 and pct[3] == 0.0
