@@ -12,8 +12,10 @@ import numpy.typing as npt
 Times = npt.NDArray[np.float64]
 
 # The simulator keeps every request's arrival and latency in memory and runs each through Python: past this
-# many expected requests a run would exhaust memory or take hours, and the tools that run it refuse it.
-MAX_REQUESTS = 20_000_000
+# many expected requests a run would exhaust memory or take hours, and the tools that run it refuse it. Measured
+# (`bench/tuner/sim_scale.py`): about 80 MB and 2-3 s of one core per million requests for the tailtune policy,
+# so 4 GB and a couple of minutes here; the oracle replays a dozen static configs, each a fraction of that.
+MAX_REQUESTS = 50_000_000
 
 
 @dataclass(frozen=True)
