@@ -12,8 +12,8 @@ Semantics, as in Triton's dynamic batch scheduler:
   (as on the emulated accelerator); Triton's compute time then includes the wait for the device;
 - a config change (hot reload) applies to batches formed after it and pauses new batches briefly.
 
-The loop steps from batch to batch (not request to request) over plain lists, and hands numpy arrays
-to the readers.
+The loop steps from batch to batch (not request to request) over typed arrays (`array.array`), and hands
+the readers numpy arrays (views of those, within one read).
 """
 
 from __future__ import annotations
