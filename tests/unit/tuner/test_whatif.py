@@ -258,7 +258,9 @@ def test_rate_at_finds_the_segment_of_a_long_trace_and_of_one_out_of_order() -> 
         starts = np.cumsum(rng.uniform(0.0, 3.0, 40))
         ends = starts + rng.uniform(0.0, 3.0, 40) * (rng.uniform(size=40) < 0.8)
         ends = np.minimum(ends, np.append(starts[1:], np.inf))
-        segs = tuple((float(a), float(b), float(r)) for a, b, r in zip(starts, ends, rng.uniform(0, 100, 40), strict=True))
+        segs = tuple(
+            (float(a), float(b), float(r)) for a, b, r in zip(starts, ends, rng.uniform(0, 100, 40), strict=True)
+        )
         shuffled = segs if case % 2 == 0 else tuple(rng.permutation(np.asarray(segs)).tolist())
         setup = Setup(curve=curve, segments=shuffled, slo_ms=30.0)
         points = [*starts, *ends, *rng.uniform(-1.0, float(ends[-1]) + 1.0, 200)]
