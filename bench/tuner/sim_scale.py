@@ -81,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     curve = args.out / "curve.csv"
     curve.write_text(CURVE)
     trees = [("this", ROOT)] + ([("baseline", args.baseline_tree.resolve())] if args.baseline_tree else [])
-    replicas_max = max(1, math.ceil(args.rate * 1.8 / 1500))
+    # Enough replicas for the trace's peak (1.8x the mean) at one replica's most req/s on the curve.
+    points = [tuple(map(float, line.split(","))) for line in CURVE.splitlines()[1:]]
+    per_replica = max(1000.0 * b / ms for b, ms in points)
+    replicas_max = max(1, math.ceil(args.rate * 1.8 / per_replica))
     rows: list[dict[str, Any]] = []
     for minutes in sorted(args.minutes):
         trace = args.out / f"trace-{minutes:g}min.csv"

@@ -421,11 +421,11 @@ def summarize(setup: Setup, policy: str, run: Run | None = None) -> dict[str, An
     said = 0  # codes[said] is the first decision not before the window's end
     for w in range(n):
         t = w * setup.interval_s
-        while at < len(knobs) and knobs[at][0] <= t + setup.interval_s - 1e-9:
+        end = t + setup.interval_s
+        while at < len(knobs) and knobs[at][0] <= end - 1e-9:
             at += 1
         k = knobs[at - 1] if at else knobs[0]
         mb, delay, reps = k[1], k[2], k[3]
-        end = t + setup.interval_s
         while said < len(codes) and codes[said][0] < end - 1e-6:
             said += 1
         code = codes[said][1] if said < len(codes) and abs(codes[said][0] - end) < 1e-6 else ""
