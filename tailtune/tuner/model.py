@@ -16,6 +16,10 @@ instances that execute on one device one batch at a time, t(b) the measured serv
   own execution, and, where batches fill at least as often as the percentile's tail, the queue of full batches
   ahead: B requests leave per t(B) while Poisson(lambda t(B)) arrive, a random walk whose length at the tail
   Kingman's exponential bound gives (the walk's Cramer root), B requests per t(B) of wait.
+- Overflow: where a batch is full, the requests past B (a geometric count by the same root, the last to arrive
+  during the batch in flight) wait for a full batch besides their own (`_overflow`). Without it the tail batch,
+  capped at B, held the predicted P99 at 2 t(B) over a tenth of the load, until a whole queue of full batches
+  formed, while the simulator's P99 kept rising.
 - Share within an SLO (`share_within`, what the tuner ranks configs by where none holds the SLO): for one
   instance without a queue delay, from the chain of queue lengths at the moments the device frees (batches past
   a plateau's edge feed on themselves: a big batch runs long, so the next is big too); otherwise the highest
@@ -254,13 +258,17 @@ def _at_load(
         if math.isfinite(h):
             p_full = max(p_full, 1.0 / max(h, 1.0))
 
+    # Requests that find B already queued ahead of them when the device frees wait for a full batch besides.
+    overflow = _overflow(t, b, big, lam, p_full)
+
     def at(percentile: float) -> float:
         q = max(1e-6, 1.0 - percentile / 100.0)
         z = NormalDist().inv_cdf(1.0 - q)
         b_hi = min(float(big), max(1.0, b + z * sd))
         t_hi = t(b_hi)
-        # The batch in flight: found busy with probability util; its residual at the tail.
-        in_flight = t_hi * max(0.0, 1.0 - q / util) if util > q else 0.0
+        # The batch in flight: found busy with probability util; its residual at the tail. Where the tail's
+        # batches would hold more than B, the requests past B wait for the next batch too.
+        in_flight = _wait_tail(q, util, t_hi, overflow)
         # A queue of full batches: B requests leave per t(B) while Poisson(lambda t(B)) arrive (a random walk);
         # its length at the tail, by Kingman's bound, where full batches are at least as common as the tail.
         reach = min(1.0, p_full / q)
@@ -275,15 +283,63 @@ def _at_load(
     return at, b, util, True
 
 
+def _overflow(t: ServiceTime, b: float, big: int, lam: float, p_full: float) -> tuple[float, float, float]:
+    """(Share of requests that find B queued ahead of them when the device frees, the execution time of the
+    batch they go in, how long before the device frees they arrived.) A batch is full with probability `p_full`;
+    the queue past B then decays as the walk of full batches does (`_cramer_root`): a geometric count,
+    P(N - B >= k | full) = e^(-theta k), so E[N - B | full] = 1 / (e^theta - 1), and the share of requests left
+    over is p_full times that over the mean batch. They are the last to arrive, within the last
+    E[N - B | full] / lambda ms of the batch in flight. Their own batch holds that excess and what arrives during
+    the full batch ahead of it."""
+    if p_full <= 0.0 or big <= 1:  # one at a time: the queue ahead (`_queue_tail`) is the whole wait
+        return 0.0, 0.0, 0.0
+    theta = _cramer_root(lam * t(float(big)), big)
+    if theta is None:
+        return 0.0, 0.0, 0.0
+    excess = 1.0 / math.expm1(theta)
+    share = min(1.0, p_full * excess / max(b, 1.0))
+    size = min(float(big), max(1.0, excess + lam * t(float(big))))
+    return share, t(size), excess / lam
+
+
+def _wait_tail(q: float, util: float, t_hi: float, overflow: tuple[float, float, float]) -> float:
+    """The wait before a request's own batch at the 1-q tail. The device is busy with probability `util`, the
+    residual of the batch in flight uniform over `t_hi`. A share o of requests (`_overflow`: share, the full
+    batch's time t_B they wait for besides, the span s of their residual) wait t_B plus a residual uniform over s:
+    P(wait > w) = util ((1 - o) P(R > w) + o P(R_s > w - t_B)), solved for w."""
+    if util <= q:
+        return 0.0
+    share, t_full, span = overflow
+    if share <= 0.0:
+        return t_hi * max(0.0, 1.0 - q / util)
+    span = max(1e-9, min(span, t_hi))
+
+    def over(w: float) -> float:
+        below = min(1.0, max(0.0, 1.0 - w / t_hi))
+        above = min(1.0, max(0.0, 1.0 - (w - t_full) / span))
+        return util * ((1.0 - share) * below + share * above)
+
+    top = max(t_hi, t_full + span)
+    return _largest(lambda w: over(w) > q, 0.0, top, 1e-6 * top)
+
+
 def _queue_tail(arrivals_per_batch: float, big: int, q: float) -> float:
     """Requests queued at the 1-q tail when full batches of `big` leave while Poisson(`arrivals_per_batch`)
     arrive: P(queue > n) <= exp(-theta n), theta the positive root of a (e^theta - 1) = B theta (Kingman's
     exponential bound for the walk's Cramer root). Full batches that do not keep up (a superlinear curve whose
     batches settle well below B) make no such queue: were they reached, batches would run away, and `settle`
     found that out of reach within the hour."""
-    a = arrivals_per_batch
-    if a >= big or q >= 1.0 or a * math.expm1(THETA_MAX) <= big * THETA_MAX:
+    theta = _cramer_root(arrivals_per_batch, big)
+    if theta is None or q >= 1.0:
         return 0.0  # a root past THETA_MAX: under a request's worth queued at any tail asked
+    return math.log(1.0 / q) / theta
+
+
+def _cramer_root(a: float, big: int) -> float | None:
+    """The positive root theta of a (e^theta - 1) = B theta (None where full batches do not keep up, a >= B, or
+    the root lies past THETA_MAX)."""
+    if a >= big or a * math.expm1(THETA_MAX) <= big * THETA_MAX:
+        return None
     # Newton from the heavy-traffic root 2 (B - a) / a, which lies above the true one (the function is convex).
     theta = min(THETA_MAX, 2.0 * (big - a) / a)
     for _ in range(60):
@@ -291,7 +347,7 @@ def _queue_tail(arrivals_per_batch: float, big: int, q: float) -> float:
         theta -= step
         if abs(step) <= 1e-9 * theta:
             break
-    return math.log(1.0 / q) / theta
+    return theta
 
 
 def max_rate(
