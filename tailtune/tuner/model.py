@@ -32,6 +32,7 @@ the tuner corrects its residual bias with the ratio of observed to predicted lat
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -319,8 +320,14 @@ def _wait_tail(q: float, util: float, t_hi: float, overflow: tuple[float, float,
         above = min(1.0, max(0.0, 1.0 - (w - t_full) / span))
         return util * ((1.0 - share) * below + share * above)
 
-    top = max(t_hi, t_full + span)
-    return _largest(lambda w: over(w) > q, 0.0, top, 1e-6 * top)
+    # `over` is piecewise linear and falls from util at 0 to 0 past the last breakpoint: find the piece where it
+    # crosses q and interpolate (exact).
+    points = sorted({0.0, t_hi, t_full, t_full + span})
+    for lo, hi in itertools.pairwise(points):
+        p_lo, p_hi = over(lo), over(hi)
+        if p_hi <= q < p_lo:
+            return lo + (hi - lo) * (p_lo - q) / (p_lo - p_hi)
+    return 0.0
 
 
 def _queue_tail(arrivals_per_batch: float, big: int, q: float) -> float:
