@@ -259,21 +259,23 @@ def _at_load(
         if math.isfinite(h):
             p_full = max(p_full, 1.0 / max(h, 1.0))
 
-    # Requests that find B already queued ahead of them when the device frees wait for a full batch besides.
-    overflow = _overflow(t, b, big, lam, p_full)
+    # The walk of full batches (B leave per t(B) while Poisson(lambda t(B)) arrive): its Cramer root sets both
+    # the queue ahead and the requests a full batch leaves over, which wait for a full batch besides their own.
+    theta = _cramer_root(lam * t_full, big)
+    overflow = _overflow(t, t_full, b, big, lam, p_full, theta)
 
     def at(percentile: float) -> float:
         q = max(1e-6, 1.0 - percentile / 100.0)
         z = NormalDist().inv_cdf(1.0 - q)
         b_hi = min(float(big), max(1.0, b + z * sd))
         t_hi = t(b_hi)
-        # The batch in flight: found busy with probability util; its residual at the tail. Where the tail's
-        # batches would hold more than B, the requests past B wait for the next batch too.
+        # The batch in flight: found busy with probability util; its residual at the tail. A request left over
+        # from a full batch waits for that full batch too.
         in_flight = _wait_tail(q, util, t_hi, overflow)
         # A queue of full batches: B requests leave per t(B) while Poisson(lambda t(B)) arrive (a random walk);
         # its length at the tail, by Kingman's bound, where full batches are at least as common as the tail.
         reach = min(1.0, p_full / q)
-        ahead = _queue_tail(lam * t_full, big, q / reach) * t_full / big if reach > q else 0.0
+        ahead = _queue_tail(theta, q / reach) * t_full / big if reach > q else 0.0
         # Other instances' batches ahead on the shared device (a queue delay does not reliably absorb this
         # wait: the waiting instance still takes what has queued once the delay is over, often before the
         # device frees). Those batches are typical ones, formed apart from this request's own: their size is
@@ -284,22 +286,22 @@ def _at_load(
     return at, b, util, True
 
 
-def _overflow(t: ServiceTime, b: float, big: int, lam: float, p_full: float) -> tuple[float, float, float]:
+def _overflow(
+    t: ServiceTime, t_full: float, b: float, big: int, lam: float, p_full: float, theta: float | None
+) -> tuple[float, float, float]:
     """(Share of requests that find B queued ahead of them when the device frees, the execution time of the
     batch they go in, how long before the device frees they arrived.) A batch is full with probability `p_full`;
-    the queue past B then decays as the walk of full batches does (`_cramer_root`): a geometric count,
+    the queue past B then decays as the walk of full batches does (`theta`, its `_cramer_root`): a geometric count,
     P(N - B >= k | full) = e^(-theta k), so E[N - B | full] = 1 / (e^theta - 1), and the share of requests left
     over is p_full times that over the mean batch. They are the last to arrive, within the last
     E[N - B | full] / lambda ms of the batch in flight. Their own batch holds that excess and what arrives during
     the full batch ahead of it."""
-    if p_full <= 0.0 or big <= 1:  # one at a time: the queue ahead (`_queue_tail`) is the whole wait
-        return 0.0, 0.0, 0.0
-    theta = _cramer_root(lam * t(float(big)), big)
-    if theta is None:
+    # One at a time, the queue ahead (`_queue_tail`) is the whole wait; without a root, no queue past B.
+    if p_full <= 0.0 or big <= 1 or theta is None:
         return 0.0, 0.0, 0.0
     excess = 1.0 / math.expm1(theta)
     share = min(1.0, p_full * excess / max(b, 1.0))
-    size = min(float(big), max(1.0, excess + lam * t(float(big))))
+    size = min(float(big), max(1.0, excess + lam * t_full))
     return share, t(size), excess / lam
 
 
@@ -330,13 +332,12 @@ def _wait_tail(q: float, util: float, t_hi: float, overflow: tuple[float, float,
     return 0.0
 
 
-def _queue_tail(arrivals_per_batch: float, big: int, q: float) -> float:
-    """Requests queued at the 1-q tail when full batches of `big` leave while Poisson(`arrivals_per_batch`)
-    arrive: P(queue > n) <= exp(-theta n), theta the positive root of a (e^theta - 1) = B theta (Kingman's
-    exponential bound for the walk's Cramer root). Full batches that do not keep up (a superlinear curve whose
+def _queue_tail(theta: float | None, q: float) -> float:
+    """Requests queued at the 1-q tail when full batches of B leave while Poisson(a) arrive: P(queue > n) <=
+    exp(-theta n), theta the positive root of a (e^theta - 1) = B theta (`_cramer_root`: Kingman's exponential
+    bound for the walk's Cramer root). Full batches that do not keep up (a superlinear curve whose
     batches settle well below B) make no such queue: were they reached, batches would run away, and `settle`
     found that out of reach within the hour."""
-    theta = _cramer_root(arrivals_per_batch, big)
     if theta is None or q >= 1.0:
         return 0.0  # a root past THETA_MAX: under a request's worth queued at any tail asked
     return math.log(1.0 / q) / theta
@@ -440,7 +441,7 @@ def _chain_share(t: ServiceTime, big: int, lam: float, slo_ms: float) -> float |
     t_full = float(times[-1])
     if lam * t_full >= big:
         return None
-    states = min(CHAIN_STATES_MAX, 2 * big + math.ceil(_queue_tail(lam * t_full, big, 1e-7)) + 20)
+    states = min(CHAIN_STATES_MAX, 2 * big + math.ceil(_queue_tail(_cramer_root(lam * t_full, big), 1e-7)) + 20)
     n = np.arange(states + 1)
     batch = np.where(n == 0, 1, np.minimum(n, big))
     t_batch = times[batch - 1]
