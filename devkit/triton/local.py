@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -91,7 +93,7 @@ def prepare_backend_dir(install: TritonInstall, root: Path | None = None) -> Pat
     if all((dest / n).exists() for n in wanted):
         return base
     # Build beside the final place and rename, so concurrent test sessions never see half a folder.
-    tmp = base.with_name(f"{base.name}.tmp{os.getpid()}")
+    tmp = base.with_name(f"{base.name}.tmp{os.getpid()}-{threading.get_ident()}")
     (tmp / "python").mkdir(parents=True, exist_ok=True)
     for name, src in wanted.items():
         shutil.copy2(src, tmp / "python" / name)
@@ -105,11 +107,47 @@ def prepare_backend_dir(install: TritonInstall, root: Path | None = None) -> Pat
     return base
 
 
+_PORTS_LOCK = threading.Lock()
+_HANDED_OUT: set[tuple[str, int]] = set()
+# What tritonserver prints when a port it was given cannot serve: two endpoints on one port (a usage error),
+# or a port someone else bound between our pick and its bind.
+_PORT_TROUBLE = re.compile(r"at the same address and port|already in use|Address already in use")
+_ERROR_LINE = re.compile(r"E\d{4} ")  # glog: E<month><day> <time> ... an error line
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct TCP ports free on `host` right now, none handed out before by this process.
+
+    The sockets stay bound until all are picked, so the kernel cannot hand the same port out twice in one
+    call; the process-wide record keeps threads that start servers concurrently from sharing a port. The
+    caller binds them soon after (a port can still be taken by another process meanwhile:
+    `start_tritonserver` retries on that).
+    """
+    with _PORTS_LOCK:
+        held: list[socket.socket] = []
+        try:
+            ports: list[int] = []
+            for _ in range(count + 256):
+                if len(ports) == count:
+                    break
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                held.append(s)
+                s.bind((host, 0))
+                port = int(s.getsockname()[1])
+                if (host, port) not in _HANDED_OUT:
+                    ports.append(port)
+            if len(ports) < count:
+                raise OSError(f"could not find {count} free ports on {host} not handed out before")
+            _HANDED_OUT.update((host, p) for p in ports)
+            return ports
+        finally:
+            for s in held:
+                s.close()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port free on `host` right now (the caller binds it soon after; good enough for tests)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    return free_ports(1, host)[0]
 
 
 @dataclass
@@ -144,6 +182,15 @@ class LocalTriton:
         """The end of the server's log."""
         try:
             return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def log_since(self, offset: int) -> str:
+        """The server's log from byte `offset` on (one start's part of a log that several starts append to)."""
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="replace")
         except OSError:
             return ""
 
@@ -237,34 +284,66 @@ def start_tritonserver(
     install = find_triton()
     backend_dir = prepare_backend_dir(install)
     repo = Path(model_repository).resolve()
-    ports = [p if p is not None else free_port(host) for p in (http_port, grpc_port, metrics_port)]
-    log = Path(log_path) if log_path is not None else repo.parent / f"tritonserver-{host}-{ports[0]}.log"
-    args = server_command(
-        install,
-        backend_dir,
-        repo,
-        host=host,
-        http_port=ports[0],
-        grpc_port=ports[1],
-        metrics_port=ports[2],
-        load_models=load_models,
-        exit_timeout_secs=exit_timeout_secs,
-        extra_args=extra_args,
-    )
+    given = (http_port, grpc_port, metrics_port)
+    picked = free_ports(sum(p is None for p in given), host)
+    for attempt in range(1, _START_ATTEMPTS + 1):
+        it = iter(picked)
+        ports = [p if p is not None else next(it) for p in given]
+        log = Path(log_path) if log_path is not None else repo.parent / f"tritonserver-{host}-{ports[0]}.log"
+        args = server_command(
+            install,
+            backend_dir,
+            repo,
+            host=host,
+            http_port=ports[0],
+            grpc_port=ports[1],
+            metrics_port=ports[2],
+            load_models=load_models,
+            exit_timeout_secs=exit_timeout_secs,
+            extra_args=extra_args,
+        )
+        offset = log.stat().st_size if log.exists() else 0
+        server = _launch(install, args, host, ports, repo, log)
+        try:
+            return _wait_live(server, ready_timeout, offset)
+        except TritonStartError:
+            # Another process took a port we picked between the pick and the server's bind: pick again,
+            # unless the caller fixed every port (then the error is theirs to see).
+            if attempt == _START_ATTEMPTS or not picked or not _PORT_TROUBLE.search(server.log_since(offset)):
+                raise
+            picked = free_ports(len(picked), host)
+    raise AssertionError("unreachable: the last attempt raises")
+
+
+_START_ATTEMPTS = 3
+
+
+def _launch(install: TritonInstall, args: list[str], host: str, ports: list[int], repo: Path, log: Path) -> LocalTriton:
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(install.libs), env.get("LD_LIBRARY_PATH")) if p)
     # The backend stub embeds Python and finds its prefix through `python3` on PATH: put the venv's first.
     env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
     with open(log, "ab") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    server = LocalTriton(proc, host, ports[0], ports[1], ports[2], repo, log, args)
+    return LocalTriton(proc, host, ports[0], ports[1], ports[2], repo, log, args)
+
+
+def _wait_live(server: LocalTriton, ready_timeout: float, offset: int) -> LocalTriton:
     deadline = time.monotonic() + ready_timeout
     while time.monotonic() < deadline:
         if not server.running():
-            raise TritonStartError(f"tritonserver exited with {proc.returncode}:\n{server.log_tail()}")
+            raise TritonStartError(f"tritonserver exited with {server.process.returncode}: {_why(server, offset)}")
         if _http_ok(f"{server.http_url}/v2/health/live"):
             return server
         time.sleep(0.2)
     with contextlib.suppress(Exception):
         server.stop()
-    raise TritonStartError(f"tritonserver not live after {ready_timeout:.0f} s:\n{server.log_tail()}")
+    raise TritonStartError(f"tritonserver not live after {ready_timeout:.0f} s: {_why(server, offset)}")
+
+
+def _why(server: LocalTriton, offset: int) -> str:
+    """The server's error lines first (a usage error prints its reason after the whole usage text), then
+    the end of its log."""
+    text = server.log_since(offset)
+    reasons = [ln for ln in text.splitlines() if _ERROR_LINE.match(ln) or _PORT_TROUBLE.search(ln)]
+    return "\n".join([*reasons[-5:], "--- end of its log:", text[-4000:]])
