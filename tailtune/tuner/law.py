@@ -39,6 +39,10 @@ while it holds the SLO with room; a scale-in only to a count the model puts belo
 the demand rises, at most half the replicas at once; the batching judged at the replicas kept, not a plan's
 fewer, while bad windows are relieved), a draining backlog (waited for; under one, a reload only for more capacity) and
 the cooldown between reloads. A stale window still lets the measured curve replace a fragile config.
+
+Under a backlog the config in force is judged by what it delivers (its completions per replica), except in a
+window whose demand rose (a crowd may have entered part way through) or that started before the replicas of a
+scale-out (or a pod that came back) were all ready: fewer pods served part of it.
 """
 
 from __future__ import annotations
@@ -170,6 +174,7 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         update={
             "last_window_end": obs.window_end,
             "live": learn(state.live, obs.batch_stats),
+            **_readiness(state, in_force, obs),
         }
     )
     pname = f"P{policy.percentile:g}"
@@ -279,7 +284,10 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     # A window whose demand rose past noise may have been entered by a crowd part way through: its completions mix
     # the calm before with the backlog after and understate what the config in force drains.
     rising = len(recent) >= 2 and recent[-1][1] > (1 + GROWTH_SHARE) * recent[-2][1]
-    if not rising:
+    # Nor do those of a window that the pods in force served only in part (some were starting): per replica, they
+    # understate what the config in force drains.
+    unjudged = rising or (st.ready_at is not None and obs.window_start < st.ready_at)
+    if not unjudged:
         observed, current = _as_delivered(observed, r, in_force), _as_delivered(current, r, in_force)
     fragile = is_fragile(curve, current, policy)
     at_risk = in_force.replicas * observed.carries() < load or fragile
@@ -289,7 +297,7 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         # The plan's candidates were judged against the SLO, not the aim: so is the config in force here.
         at_slo = policy.model_copy(update={"headroom": 1.0})
         current = candidate(curve, mb, delay, at_slo, mild)
-        current = current if rising else _as_delivered(current, r, in_force)
+        current = current if unjudged else _as_delivered(current, r, in_force)
     # (A share plan is made only without a backlog: `current` is the config in force as the model has it.)
     in_share = 0.0 if plan.share is None else share(curve, current, r.demand_rps, policy, mild, plan.replicas)
     # Where nothing within the bounds holds the SLO with the margin, a second window shows more of the demand (a
@@ -981,6 +989,20 @@ def _change_code(in_force: InForce, batching: Batching, replicas: int) -> str:
 
 def _describe(b: Batching, replicas: int) -> str:
     return f"max batch {b.max_batch_size}, delay {b.max_queue_delay_microseconds} us, {replicas} replica(s)"
+
+
+def _readiness(state: TunerState, in_force: InForce, obs: Observation) -> dict[str, object]:
+    """`ready_count` and `ready_at` after this window (see `TunerState`). The first count ever seen all ready
+    served the windows before it (a Deployment is Ready only once its pods are): no partial window then."""
+    ready, n = obs.ready_replicas, in_force.replicas
+    if ready is None:
+        return {}
+    if ready < n:
+        return {"ready_count": ready}
+    if n == state.ready_count:
+        return {}
+    grew = 0 < state.ready_count < n
+    return {"ready_count": n, "ready_at": obs.window_end if grew else state.ready_at}
 
 
 def _reset(st: TunerState) -> TunerState:

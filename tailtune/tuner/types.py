@@ -226,6 +226,10 @@ class TunerState(_Frozen):
     rejected: tuple[RejectedConfig, ...] = ()
     # Replica counts scaled out of for confirmed bad windows (newest last); scale-in stops above them.
     too_few: tuple[TooFewReplicas, ...] = ()
+    # The replica count last seen all ready, and the end of the first window that saw it so after a scale-out (or
+    # after a pod came back): a window that starts before then was served in part by fewer pods.
+    ready_count: int = 0
+    ready_at: datetime | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (RFC 3339 times)."""

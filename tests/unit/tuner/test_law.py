@@ -155,6 +155,54 @@ def test_b_never_cuts_capacity_under_a_backlog(growth_known: bool) -> None:
     assert seen >= 50
 
 
+def test_b_a_window_the_new_replicas_served_only_in_part_never_cuts_capacity() -> None:
+    """After a scale-out, the first window with every replica ready was served for most of its span by the pods
+    there before: its completions per replica understate what the config in force drains. Judged as delivered,
+    they made a config with less capacity look like no cut under the backlog (seen: max batch 16 -> 14 on 3
+    replicas at a 5 s queue, the window after 2 new pods came up)."""
+    rng = np.random.default_rng(211)
+    seen = 0
+    for i in range(CASES // 3):
+        case = make_case(rng)
+        n = int(rng.integers(2, 5))
+        policy = case.policy.model_copy(update={"replicas_max": max(n, case.policy.replicas_max), "replicas_min": 1})
+        # Half at the top of the profile: the most capacity, where a cut is the plan's to make.
+        top = policy.batch_max
+        mb = top if rng.uniform() < 0.5 else max(case.in_force.batching.max_batch_size, policy.warmup_max)
+        before = int(rng.integers(1, n))
+        scaled = InForce(
+            batching=case.in_force.batching.model_copy(update={"max_batch_size": mb}),
+            replicas=n,
+            changed_at=NOW - timedelta(seconds=2 * SPAN + 1),
+        )
+        # The pods there before the scale-out served the window; the demand is past what they drain.
+        served = before * capacity(case.t, mb) * float(rng.uniform(0.9, 1.0))
+        demand = served * float(rng.uniform(1.1, 2.5))
+        starting, _ = window(case.t, policy, scaled, demand, rng, end=NOW - timedelta(seconds=SPAN))
+        starting = starting.model_copy(update={"ready_replicas": before})
+        state = case.state.model_copy(update={"last_window_end": NOW - timedelta(seconds=2 * SPAN)})
+        first = decide(state, scaled, starting, policy, NOW - timedelta(seconds=SPAN))
+        assert first.reason_code == law.REPLICAS_NOT_READY, (i, first.reason)
+        obs, _ = window(case.t, policy, scaled, demand, rng)
+        obs = obs.model_copy(
+            update={
+                "request_rate": served,
+                "queue_growth_rps": demand - served,
+                "queue_ms": float(policy.slo_ms * rng.uniform(1, 10)),
+                "ready_replicas": n,
+            }
+        )
+        d = decide(first.state, scaled, obs, policy, NOW)
+        seen += 1
+        if not d.changed:
+            continue
+        curve = _curve(policy, d)
+        old = _cand(curve, scaled.batching, policy, d.state.calibration)
+        new = _cand(curve, d.batching, policy, d.state.calibration)
+        assert new.capacity_rps * d.replicas >= old.capacity_rps * n * (1 - 1e-9), (i, d.reason)
+    assert seen == CASES // 3
+
+
 def test_b_never_cuts_the_batching_below_a_recent_burst_the_config_in_force_keeps_up_with() -> None:
     """Whatever the latency, a batching change never takes the capacity below the highest demand of the
     stabilization window where the config in force keeps up with it: a config that holds the SLO between bursts
