@@ -51,8 +51,9 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from devkit.ports import free_port  # noqa: E402
 from devkit.prometheus import PrometheusError, scalar, start_prometheus  # noqa: E402
-from devkit.triton.local import LocalTriton, TritonNotFound, TritonStartError, free_port, start_tritonserver  # noqa: E402
+from devkit.triton.local import LocalTriton, TritonNotFound, TritonStartError, start_tritonserver  # noqa: E402
 from devkit.triton.perf import (  # noqa: E402
     PerfAnalyzer,
     PerfAnalyzerUnavailable,

@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -23,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+
+from devkit.ports import free_ports
 
 PYTRITON_DIST = "nvidia-pytriton"
 
@@ -107,47 +108,11 @@ def prepare_backend_dir(install: TritonInstall, root: Path | None = None) -> Pat
     return base
 
 
-_PORTS_LOCK = threading.Lock()
-_HANDED_OUT: set[tuple[str, int]] = set()
 # What tritonserver prints when a port it was given cannot serve: two endpoints on one port (a usage error),
 # or a port someone else bound between our pick and its bind.
 _PORT_TROUBLE = re.compile(r"at the same address and port|already in use|Address already in use")
 _ERROR_LINE = re.compile(r"E\d{4} ")  # glog: E<month><day> <time> ... an error line
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` distinct TCP ports free on `host` right now, none handed out before by this process.
-
-    The sockets stay bound until all are picked, so the kernel cannot hand the same port out twice in one
-    call; the process-wide record keeps threads that start servers concurrently from sharing a port. The
-    caller binds them soon after (a port can still be taken by another process meanwhile:
-    `start_tritonserver` retries on that).
-    """
-    with _PORTS_LOCK:
-        held: list[socket.socket] = []
-        try:
-            ports: list[int] = []
-            for _ in range(count + 256):
-                if len(ports) == count:
-                    break
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                held.append(s)
-                s.bind((host, 0))
-                port = int(s.getsockname()[1])
-                if (host, port) not in _HANDED_OUT:
-                    ports.append(port)
-            if len(ports) < count:
-                raise OSError(f"could not find {count} free ports on {host} not handed out before")
-            _HANDED_OUT.update((host, p) for p in ports)
-            return ports
-        finally:
-            for s in held:
-                s.close()
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on `host` right now (the caller binds it soon after; good enough for tests)."""
-    return free_ports(1, host)[0]
+_START_ATTEMPTS = 3
 
 
 @dataclass
@@ -313,9 +278,6 @@ def start_tritonserver(
                 raise
             picked = free_ports(len(picked), host)
     raise AssertionError("unreachable: the last attempt raises")
-
-
-_START_ATTEMPTS = 3
 
 
 def _launch(install: TritonInstall, args: list[str], host: str, ports: list[int], repo: Path, log: Path) -> LocalTriton:

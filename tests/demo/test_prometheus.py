@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
+from devkit.ports import free_port
 from devkit.prometheus import (
     PodDiscovery,
     active_targets,
@@ -67,12 +67,6 @@ def test_the_config_scrapes_annotated_running_pods_every_two_seconds() -> None:
         "__meta_kubernetes_pod_phase",
     ]
     assert {r.get("target_label") for r in job["relabel_configs"]} >= {"__address__", "namespace", "pod"}
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.prometheus

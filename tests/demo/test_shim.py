@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +18,7 @@ from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 from devkit.faults import ReloadFault, fault_path, inject_reload_fault
+from devkit.ports import free_port
 from devkit.shim import Shim
 
 PARAMS = {"model_kind": "emulated_gpu", "base_ms": "8"}
@@ -70,12 +70,6 @@ class Upstream:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = int(self.server.server_address[1])
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class GrpcUpstream:

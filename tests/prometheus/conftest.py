@@ -8,7 +8,6 @@ the reader computes is known in advance. Prometheus comes from the distribution'
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterable, Iterator
@@ -20,6 +19,8 @@ import requests
 from prometheus_client import start_http_server
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
+
+from devkit.ports import free_port
 
 SCRAPE_SECONDS = 1
 
@@ -84,12 +85,6 @@ class FakeTriton(Collector):
                 add(name, "histogram", f"{name}_count", lab, n)
                 add(name, "histogram", f"{name}_sum", lab, n * 10_000)
         return list(families.values())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
+from devkit.ports import free_port
 from tailtune.operator.status import PROMETHEUS_UNAVAILABLE
 from tailtune.operator.tuning import read_latency
 from tailtune.tuner.prom import HttpPromClient, PrometheusReader, PrometheusUnavailable, Target
-from tests.prometheus.conftest import PromEnv, free_port
+from tests.prometheus.conftest import PromEnv
 
 pytestmark = pytest.mark.prometheus
 

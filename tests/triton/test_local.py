@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from devkit import ports as ports_module
+from devkit.ports import free_ports
 from devkit.triton import local
-from devkit.triton.local import TritonNotFound, TritonStartError, find_triton, free_ports, start_tritonserver
+from devkit.triton.local import TritonNotFound, TritonStartError, find_triton, start_tritonserver
 
 
 @pytest.fixture
@@ -45,7 +47,7 @@ def test_ports_picked_by_concurrent_threads_are_all_distinct() -> None:
 def test_a_port_taken_after_the_pick_is_picked_again(
     empty_repo: Path, occupied: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = local.free_ports
+    real = ports_module.free_ports
     calls: list[list[int]] = []
 
     def first_pick_collides(count: int, host: str = "127.0.0.1") -> list[int]:
