@@ -161,7 +161,7 @@ def test_b_a_window_the_new_replicas_served_only_in_part_never_cuts_capacity() -
     they made a config with less capacity look like no cut under the backlog (seen: max batch 16 -> 14 on 3
     replicas at a 5 s queue, the window after 2 new pods came up)."""
     rng = np.random.default_rng(211)
-    seen = 0
+    changes = 0
     for i in range(CASES // 3):
         case = make_case(rng)
         n = int(rng.integers(2, 5))
@@ -193,14 +193,14 @@ def test_b_a_window_the_new_replicas_served_only_in_part_never_cuts_capacity() -
             }
         )
         d = decide(first.state, scaled, obs, policy, NOW)
-        seen += 1
         if not d.changed:
             continue
+        changes += 1
         curve = _curve(policy, d)
         old = _cand(curve, scaled.batching, policy, d.state.calibration)
         new = _cand(curve, d.batching, policy, d.state.calibration)
         assert new.capacity_rps * d.replicas >= old.capacity_rps * n * (1 - 1e-9), (i, d.reason)
-    assert seen == CASES // 3
+    assert changes >= CASES // 12  # the family exercises changes under the backlog, not only holds
 
 
 def test_b_never_cuts_the_batching_below_a_recent_burst_the_config_in_force_keeps_up_with() -> None:
