@@ -36,6 +36,7 @@ class WindowStats:
     queue_growth_rps: float | None = None  # growth of the pending-request count, req/s
     # Completions plus queue growth over the window's last `tail_s` seconds (None when not asked).
     tail_demand_rps: float | None = None
+    pending_max: float | None = None  # the most requests pending on one replica at the window's end
     ready_replicas: int | None = None
     sample_count: int | None = None
     # Per executed batch size: (size, executions, mean device ms), like Triton's batch statistics deltas.
@@ -185,6 +186,7 @@ class SimCluster:
         count = sum(len(s.latency_s) for s in stats)
         ready = self.ready_replicas()
         growth = sum(r.pending(end) - r.pending(end - span) for r in self._all) / span
+        pending_max = float(max((r.pending(end) for r in self._all), default=0))
         tail_demand = None
         if tail_s is not None:
             done = sum(len(r.window(end - tail_s, end).latency_s) for r in self._all)
@@ -195,6 +197,7 @@ class SimCluster:
                 span_seconds=span,
                 request_rate=0.0,
                 tail_demand_rps=tail_demand,
+                pending_max=pending_max,
                 ready_replicas=ready,
                 sample_count=0,
             )
@@ -212,6 +215,7 @@ class SimCluster:
             avg_batch=count / executions,
             queue_growth_rps=growth,
             tail_demand_rps=tail_demand,
+            pending_max=pending_max,
             ready_replicas=ready,
             sample_count=count,
             batch_stats=batch_stats,

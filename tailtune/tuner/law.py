@@ -6,7 +6,9 @@ It plans from a model, not from steps:
    per-batch-size statistics);
 2. the measured demand (completions plus the growth of the queue), with a margin (on a sustained ramp, where
    the demand will be by the time a change is confirmed), plus what it takes to drain a backlog within a
-   couple of intervals;
+   couple of intervals; a pod's queue is its own (new replicas take none of it), so under a backlog the count is
+   at least the one at which the fullest pod (Triton's pending-request count) drains within that time while the
+   new arrivals are spread over every replica;
 3. a queueing model of the batcher (`model`): for each candidate (max batch, queue delay) the largest
    rate one replica serves with the predicted latency within the aim, corrected by the observed/predicted
    ratio of the config in force (calibration);
@@ -382,13 +384,32 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         if halved > replicas:
             replicas = halved
             scale_note = f"; at most half the replicas given back at once ({in_force.replicas} -> {replicas})"
+    drain_note = ""
+    if r.backlog > 0:
+        # (Never a scale-in under a backlog: above.) A pod's queue stays on that pod: a scale-out drains it only by
+        # taking new arrivals away from it. The fullest pod holds at least its share of the backlog.
+        per_pod = max(obs.pending_max or 0.0, r.backlog / in_force.replicas)
+        demand = max(ahead, r.demand_rps)
+        draining_count = drain_replicas(target.capacity_rps, per_pod, demand, policy)
+        if draining_count > in_force.replicas:
+            # New replicas take a cold start (as long as the last ones took; an interval before any was measured)
+            # while the queue goes on growing on the pods in force.
+            startup_s = st.startup_seconds if st.startup_seconds is not None else policy.interval_seconds
+            per_pod += max(0.0, obs.queue_growth_rps or 0.0) / in_force.replicas * startup_s
+            draining_count = drain_replicas(target.capacity_rps, per_pod, demand, policy)
+        if draining_count > replicas:
+            drain_note = (
+                f"; the {per_pod:.0f} requests queued on the fullest pod by the time new replicas are ready drain "
+                f"within {DRAIN_INTERVALS} intervals only with {draining_count} replica(s)"
+            )
+            replicas = draining_count
     # Said only on evidence: the aim broken, a queue growing at the limits, or a demand beyond what the bounds can
     # drain at all. A plan short of its margin while the SLO holds is no alarm, just no room to grow.
     at_limits = r.saturated and in_force.replicas >= policy.replicas_max
     infeasible = stuck or (
         not plan.feasible and (r.over or at_limits or r.demand_rps > policy.replicas_max * plan.candidate.capacity_rps)
     )
-    why = _explain(plan, load, curve, policy, alarm=infeasible) + kept_note + scale_note
+    why = _explain(plan, load, curve, policy, alarm=infeasible) + kept_note + scale_note + drain_note
     if stuck:
         why = (
             f"the SLO breaks at {r.demand_rps:.0f} req/s and no config within the bounds holds it with the model "
@@ -425,7 +446,7 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         st = st.model_copy(update={"rejected": (*st.rejected, gone)[-MAX_REJECTED:]})
     if replicas > in_force.replicas:
         few = TooFewReplicas(replicas=in_force.replicas, demand_rps=r.demand_rps, at=now)
-        st = st.model_copy(update={"too_few": (*st.too_few, few)[-MAX_REJECTED:]})
+        st = st.model_copy(update={"too_few": (*st.too_few, few)[-MAX_REJECTED:], "scaled_out_at": now})
     return Decision(
         action="change",
         in_force=new,
@@ -722,6 +743,17 @@ def best_plan(
     return Plan(pick, need, True, load_rps)
 
 
+def drain_replicas(capacity_rps: float, queued: float, demand_rps: float, policy: Policy) -> int:
+    """The replicas at which a pod holding `queued` requests (Triton's queue is the pod's: new replicas take none of
+    it) drains them within DRAIN_INTERVALS at `capacity_rps` (full batches back to back) while the demand is spread
+    over all replicas: n >= demand / (capacity - queued / drain time). The most where a pod cannot drain that
+    fast at all."""
+    room = capacity_rps - queued / (DRAIN_INTERVALS * policy.interval_seconds)
+    if room <= 0:
+        return policy.replicas_max
+    return min(policy.replicas_max, max(policy.replicas_min, math.ceil(demand_rps / room)))
+
+
 def _replicas_for(load_rps: float, carries_rps: float, policy: Policy) -> int:
     """The replicas that carry `load_rps` at `carries_rps` each (at least the spec's minimum; past the most where
     a replica carries nothing)."""
@@ -932,7 +964,8 @@ def _read(obs: Observation, p_ms: float, rate: float, in_force: InForce, policy:
     growing = growth is not None and growth > GROWTH_SHARE * rate
     saturated = (obs.queue_ms is not None and waiting_ms >= backlog_ms) or growing
     demand = rate + max(0.0, growth) if growth is not None else rate * (SATURATED_DEMAND_FACTOR if saturated else 1.0)
-    backlog = max(max(0.0, growth or 0.0) * obs.span_seconds, rate * max(0.0, waiting_ms) / 1000)
+    # Queued now: at least what the window added, what its mean wait says, and what the fullest pod holds.
+    backlog = max(max(0.0, growth or 0.0) * obs.span_seconds, rate * max(0.0, waiting_ms) / 1000, obs.pending_max or 0)
     drain_s = 2 * DRAIN_INTERVALS * policy.interval_seconds
     draining = growth is not None and growth < -GROWTH_SHARE * rate and backlog <= -growth * drain_s
     queued = growing or (obs.compute_ms is not None and waiting_ms >= obs.compute_ms)
@@ -1002,7 +1035,11 @@ def _readiness(state: TunerState, in_force: InForce, obs: Observation) -> dict[s
     if n == state.ready_count:
         return {}
     grew = 0 < state.ready_count < n
-    return {"ready_count": n, "ready_at": obs.window_end if grew else state.ready_at}
+    out: dict[str, object] = {"ready_count": n, "ready_at": obs.window_end if grew else state.ready_at}
+    if grew and state.scaled_out_at is not None and obs.window_end > state.scaled_out_at:
+        out["startup_seconds"] = (obs.window_end - state.scaled_out_at).total_seconds()
+        out["scaled_out_at"] = None
+    return out
 
 
 def _reset(st: TunerState) -> TunerState:

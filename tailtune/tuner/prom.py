@@ -136,6 +136,8 @@ class Queries:
     source: Source = "tritonSummary"
     # Completions plus queue growth over the window's last TAIL_SHARE (`Observation.tail_demand_rps`).
     tail_demand_rps: str = ""
+    # The most requests pending on one pod now (`Observation.pending_max`).
+    pending_max: str = ""
     # Unix time of the newest sample behind the latency figure: the window's end advances only with new data.
     newest_sample: str = ""
 
@@ -255,6 +257,7 @@ def build_queries(
         queue_growth_rps=f"sum(deriv(nv_inference_pending_request_count{{{sel}}}[{w}]))",
         ready_replicas=f"count(count by (instance) (nv_inference_request_success{{{sel}}}))",
         tail_demand_rps=tail,
+        pending_max=f"max(sum by (instance) (nv_inference_pending_request_count{{{sel}}}))",
         source=source,
         newest_sample=newest,
     )
@@ -389,6 +392,7 @@ class PrometheusReader:
             avg_batch=self._scalar(q.avg_batch, at),
             queue_growth_rps=self._scalar(q.queue_growth_rps, at),
             tail_demand_rps=self._scalar(q.tail_demand_rps, at),
+            pending_max=self._scalar(q.pending_max, at) if q.pending_max else None,
             ready_replicas=round(replicas) if replicas is not None else None,
             sample_count=round(requests * q.span_seconds) if requests is not None else None,
             other_percentiles=tuple(others),

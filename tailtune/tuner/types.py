@@ -44,6 +44,9 @@ class Observation(_Frozen):
     # Completions plus queue growth over the window's last TAIL_SHARE: a demand well above the window's there says
     # a crowd entered part way through the window (its completions mix the calm before with the crowd after).
     tail_demand_rps: float | None = None
+    # The most requests pending on one pod at the window's end (Triton's queue is the pod's: a scale-out drains it
+    # only by taking new arrivals away from that pod).
+    pending_max: float | None = None
     ready_replicas: int | None = None
     sample_count: int | None = None
     # Triton's per-batch-size statistics over the window (deltas): the live service-time curve.
@@ -230,6 +233,10 @@ class TunerState(_Frozen):
     # after a pod came back): a window that starts before then was served in part by fewer pods.
     ready_count: int = 0
     ready_at: datetime | None = None
+    # When the last scale-out was decided, and how long its replicas took to be seen all ready (to the end of the
+    # first window that saw them so: at most an interval late). None: never measured.
+    scaled_out_at: datetime | None = None
+    startup_seconds: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (RFC 3339 times)."""

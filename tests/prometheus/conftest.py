@@ -37,6 +37,8 @@ class FakeModel:
     summary_us: dict[str, float] = field(default_factory=dict)
     # (le, share of requests at or below) for a request-duration histogram; empty: none exposed.
     histogram: tuple[tuple[str, float], ...] = ()
+    # Requests waiting in the pod's queue (a gauge).
+    pending: float = 3.0
 
 
 class FakeTriton(Collector):
@@ -74,7 +76,7 @@ class FakeTriton(Collector):
             for part, us in zip(("input", "infer", "output"), m.compute_us, strict=True):
                 metric = f"nv_inference_compute_{part}_duration_us"
                 add(metric, "untyped", metric, lab, n * us)
-            add("nv_inference_pending_request_count", "gauge", "nv_inference_pending_request_count", lab, 3.0)
+            add("nv_inference_pending_request_count", "gauge", "nv_inference_pending_request_count", lab, m.pending)
             for q, us in m.summary_us.items():
                 name = "nv_inference_request_summary_us"
                 add(name, "summary", name, {**lab, "quantile": q}, us)
@@ -94,8 +96,8 @@ class PromEnv:
 
 
 # Two pods of one InferenceService in namespace "ml". Per pod: 100 req/s, batch 4, queue 2 ms, compute
-# 1+5+0.5 ms; P99 12 ms on pod a and 30 ms on pod b. "idle" has counters but no traffic; "histo" exposes
-# a histogram whose 99th percentile interpolates to 19.8 ms.
+# 1+5+0.5 ms; P99 12 ms on pod a and 30 ms on pod b; 3 requests pending on pod a, 7 on pod b. "idle" has
+# counters but no traffic; "histo" exposes a histogram whose 99th percentile interpolates to 19.8 ms.
 POD_MODELS = (
     [
         FakeModel("bert", 100, 4, 2000, (1000, 5000, 500), {"0.5": 5000, "0.99": 12000}),
@@ -105,7 +107,7 @@ POD_MODELS = (
         ),
     ],
     [
-        FakeModel("bert", 100, 4, 2000, (1000, 5000, 500), {"0.5": 7000, "0.99": 30000}),
+        FakeModel("bert", 100, 4, 2000, (1000, 5000, 500), {"0.5": 7000, "0.99": 30000}, pending=7.0),
         FakeModel("idle"),
         FakeModel(
             "histo", 50, 1, 0, (0, 0, 0), {}, (("1000", 0.0), ("10000", 0.5), ("20000", 1.0), ("+Inf", 1.0))

@@ -51,6 +51,8 @@ def test_default_queries_give_the_known_values(warm: PromEnv) -> None:
     # The window's tail (its last third) at a steady load: the same demand.
     assert obs.tail_demand_rps == pytest.approx(200.0, rel=0.1)
     assert obs.ready_replicas == 2
+    # A pod's queue is its own: the fullest pod's count (3 on one, 7 on the other), not the sum.
+    assert obs.pending_max == pytest.approx(7.0)
     # The summary reaches 60 s back whatever the window: the law waits that long after a change.
     assert obs.span_seconds == 60.0
 
@@ -86,6 +88,7 @@ def test_missing_series_give_none(warm: PromEnv) -> None:
     assert obs.avg_batch is None
     assert obs.queue_growth_rps is None
     assert obs.tail_demand_rps is None
+    assert obs.pending_max is None
     assert obs.ready_replicas is None
     assert obs.sample_count is None
 

@@ -228,3 +228,23 @@ def test_curves() -> None:
     assert named_curve("bert-base-l4") == bert
     with pytest.raises(ValueError, match="unknown curve"):
         named_curve("nope")
+
+
+def test_the_pending_count_is_the_fullest_replicas_and_stays_there_after_a_scale_out() -> None:
+    """A replica's queue is its own: a replica added under a backlog takes new arrivals only, and the fullest
+    replica's pending count (not the sum) is what the window reports."""
+    # 10 ms per request at batch 1: 100 req/s per replica against 150 req/s, so one replica queues 50 req/s.
+    cluster = SimCluster(FLAT_10MS, poisson(150.0, 40.0, seed=9).arrivals, Batching(max_batch_size=1), startup_s=10.0)
+    cluster.advance(20.0)
+    obs = cluster.observe(window_s=10.0, percentile=99)
+    assert obs.pending_max == pytest.approx(20.0 * 50.0, rel=0.15)
+    cluster.apply(Batching(max_batch_size=1), replicas=2)
+    cluster.advance(30.0)
+    queued = cluster.observe(window_s=10.0, percentile=99).pending_max
+    # Still one replica for the first 10 s: another 500 queued there; the new replica's queue stays near empty,
+    # so the fullest pod's count is the old pod's, ~1,500 (a sum would be the same; a mean half of it).
+    assert queued == pytest.approx(30.0 * 50.0, rel=0.15)
+    cluster.advance(40.0)
+    # Then the old replica gets 75 req/s of the 150 and drains the rest of its 100 req/s: 25 req/s for 10 s.
+    drained = cluster.observe(window_s=10.0, percentile=99).pending_max
+    assert drained == pytest.approx(queued - 250.0, rel=0.15)

@@ -56,11 +56,12 @@ def _decide(case: Case, **obs: object) -> Decision:
 
 def _planned_load(policy: Policy, obs: Observation, delay_us: int = 0) -> float:
     """The law's load (its docstring, item 2): demand with margin, plus the backlog (queue growth over the
-    window, or the requests queued for the measured wait) drained within DRAIN_INTERVALS intervals."""
+    window, the requests queued for the measured wait, or those pending on the fullest pod) drained within
+    DRAIN_INTERVALS intervals."""
     rate = obs.request_rate or 0.0
     growth = max(0.0, obs.queue_growth_rps or 0.0)
     waiting_ms = max(0.0, (obs.queue_ms or 0.0) - delay_us / 1000)
-    backlog = max(growth * obs.span_seconds, rate * waiting_ms / 1000)
+    backlog = max(growth * obs.span_seconds, rate * waiting_ms / 1000, obs.pending_max or 0.0)
     return (rate + growth) * policy.demand_margin + backlog / (law.DRAIN_INTERVALS * policy.interval_seconds)
 
 
@@ -201,6 +202,93 @@ def test_b_a_window_the_new_replicas_served_only_in_part_never_cuts_capacity() -
         new = _cand(curve, d.batching, policy, d.state.calibration)
         assert new.capacity_rps * d.replicas >= old.capacity_rps * n * (1 - 1e-9), (i, d.reason)
     assert changes >= CASES // 12  # the family exercises changes under the backlog, not only holds
+
+
+def test_b_drain_replicas_are_the_fewest_that_drain_the_fullest_pod_in_time() -> None:
+    """A pod's queue is its own: with n replicas it gets demand/n of the new arrivals and drains the rest of its
+    capacity. `drain_replicas` is the fewest n (within the bounds) at which the fullest pod's queue is gone within
+    DRAIN_INTERVALS, and the most where no count does it."""
+    rng = np.random.default_rng(215)
+    for i in range(CASES * 3):
+        lo = int(rng.integers(1, 4))
+        policy = Policy(
+            slo_ms=50.0,
+            replicas_min=lo,
+            replicas_max=int(rng.integers(lo, 12)),
+            interval_seconds=float(rng.choice([10.0, 15.0, 30.0, 60.0])),
+        )
+        cap = float(rng.uniform(10, 2000))
+        demand = cap * float(rng.uniform(0.1, 6.0))
+        queued = cap * policy.interval_seconds * float(rng.uniform(0.0, 3.0))
+        per_s = queued / (law.DRAIN_INTERVALS * policy.interval_seconds)
+        n = law.drain_replicas(cap, queued, demand, policy)
+        assert policy.replicas_min <= n <= policy.replicas_max, i
+        if n < policy.replicas_max:
+            assert cap - demand / n >= per_s * (1 - 1e-9), (i, n)
+        if n > policy.replicas_min:
+            assert cap - demand / (n - 1) < per_s * (1 + 1e-9), (i, n)
+
+
+def test_b_a_backlog_on_one_pod_scales_out_far_enough_to_drain_it() -> None:
+    """Under a backlog held by one pod (Triton's `nv_inference_pending_request_count` of the fullest pod), a
+    scale-out takes at least the replicas that drain that pod within DRAIN_INTERVALS while the new arrivals are
+    spread over them, never fewer than the same window without that count gives. Seen: wide 001, a cold start on
+    1 of 4 replicas, scaled 2 -> 3 with 4,284 requests queued on the first pod, which took 3 more windows to drain
+    at a third of the arrivals."""
+    rng = np.random.default_rng(216)
+    floored = 0
+    for i in range(CASES * 2):
+        case = make_case(rng)
+        if not case.overloaded or case.in_force.batching.max_batch_size < case.policy.warmup_max:
+            continue
+        policy = case.policy.model_copy(update={"replicas_max": case.in_force.replicas + int(rng.integers(1, 6))})
+        changed = case.in_force.changed_at
+        if changed is not None and case.obs.window_start < changed:
+            continue  # a window that predates the change judges nothing (no backlog read: the fragile check only)
+        queued = capacity(case.t, case.in_force.batching.max_batch_size) * SPAN * float(rng.uniform(0.5, 3.0))
+        obs = case.obs.model_copy(update={"pending_max": queued})
+        without = decide(case.state, case.in_force, case.obs, policy, NOW)
+        d = decide(case.state, case.in_force, obs, policy, NOW)
+        assert d.replicas >= without.replicas, (i, d.reason, without.reason)
+        # New replicas that take longer to start find more queued on the pods in force: never fewer replicas.
+        instant = decide(case.state.model_copy(update={"startup_seconds": 0.0}), case.in_force, obs, policy, NOW)
+        slow = case.state.model_copy(update={"startup_seconds": float(rng.uniform(1, 4)) * SPAN})
+        assert decide(slow, case.in_force, obs, policy, NOW).replicas >= instant.replicas, (i, instant.reason)
+        if not d.changed:
+            continue
+        demand = (obs.request_rate or 0.0) + max(0.0, obs.queue_growth_rps or 0.0)
+        new = _cand(_curve(policy, d), d.batching, policy, d.state.calibration)
+        delivered = (obs.request_rate or 0.0) / case.in_force.replicas
+        cap = min(new.capacity_rps, delivered) if d.batching == case.in_force.batching else new.capacity_rps
+        need = law.drain_replicas(cap, queued, demand, policy)
+        assert d.replicas >= need, (i, need, d.reason)
+        floored += need > without.replicas
+    assert floored >= CASES // 20  # the pod's queue, not the spread backlog, set the count that often
+
+
+def test_the_startup_of_a_scale_out_is_measured_from_the_decision_to_the_first_window_all_ready() -> None:
+    """A scale-out records when it was decided; the first window that sees every replica ready measures how long
+    they took (to its end: at most an interval late), which sizes the queue the next scale-out must drain."""
+    rng = np.random.default_rng(217)
+    for i in range(CASES // 3):
+        case = make_case(rng)
+        n = case.in_force.replicas + 1
+        policy = case.policy.model_copy(update={"replicas_max": n + 2})
+        took = float(rng.uniform(0.5, 6)) * SPAN
+        decided = NOW - timedelta(seconds=took)
+        scaled = case.in_force.model_copy(update={"replicas": n, "changed_at": decided})
+        state = case.state.model_copy(
+            update={"scaled_out_at": decided, "ready_count": n - 1, "last_window_end": NOW - timedelta(seconds=1)}
+        )
+        d = decide(state, scaled, case.obs.model_copy(update={"ready_replicas": n}), policy, NOW)
+        assert d.state.ready_count == n, i
+        assert d.state.startup_seconds == pytest.approx(took), (i, d.reason)
+        # (Unless this very window scales out again: then that is the next one to time.)
+        assert d.state.scaled_out_at == (NOW if d.replicas > n else None), (i, d.reason)
+        # Not all ready yet: nothing measured.
+        partial = decide(state, scaled, case.obs.model_copy(update={"ready_replicas": n - 1}), policy, NOW)
+        assert partial.state.startup_seconds is None, i
+        assert partial.state.scaled_out_at == (NOW if partial.replicas > n else decided), (i, partial.reason)
 
 
 def test_b_never_cuts_the_batching_below_a_recent_burst_the_config_in_force_keeps_up_with() -> None:
