@@ -185,12 +185,14 @@ class SimCluster:
         stats = [r.window(end - span, end) for r in self._all]
         count = sum(len(s.latency_s) for s in stats)
         ready = self.ready_replicas()
-        growth = sum(r.pending(end) - r.pending(end - span) for r in self._all) / span
-        pending_max = float(max((r.pending(end) for r in self._all), default=0))
+        # Each replica's queue at the window's end: its growth (here and over the tail) and the fullest one.
+        pending = [r.pending(end) for r in self._all]
+        growth = (sum(pending) - sum(r.pending(end - span) for r in self._all)) / span
+        pending_max = float(max(pending, default=0))
         tail_demand = None
         if tail_s is not None:
             done = sum(len(r.window(end - tail_s, end).latency_s) for r in self._all)
-            tail_demand = (done + sum(r.pending(end) - r.pending(end - tail_s) for r in self._all)) / tail_s
+            tail_demand = (done + sum(pending) - sum(r.pending(end - tail_s) for r in self._all)) / tail_s
         if count == 0:
             return WindowStats(
                 window_end=self.clock(end),
