@@ -392,7 +392,7 @@ class PrometheusReader:
             avg_batch=self._scalar(q.avg_batch, at),
             queue_growth_rps=self._scalar(q.queue_growth_rps, at),
             tail_demand_rps=self._scalar(q.tail_demand_rps, at),
-            pending_max=self._scalar(q.pending_max, at) if q.pending_max else None,
+            pending_max=self._scalar(q.pending_max, at),
             ready_replicas=round(replicas) if replicas is not None else None,
             sample_count=round(requests * q.span_seconds) if requests is not None else None,
             other_percentiles=tuple(others),
