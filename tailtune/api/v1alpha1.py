@@ -691,7 +691,8 @@ class LatencyStatus(Model):
         str | None,
         Field(
             description="Why the signal cannot be judged: PrometheusUnavailable, QueryAmbiguous, NoTraffic, "
-            "NoLatencyData."
+            "NoLatencyData; or why the tuner holds on it: ClockSkew, SignalStale, SignalImplausible (the window is "
+            "refused and its figures withheld), SignalMissing (no request rate or too few samples)."
         ),
     ] = None
     message: Annotated[str | None, Field(description="Detail of the problem or of the window.")] = None

@@ -21,7 +21,15 @@ from tailtune.operator.engine import build_curve
 from tailtune.operator.inforce import in_force, tuner_state
 from tailtune.operator.rollout import RolloutState
 from tailtune.operator.status import SLO_MET, compute_slo_condition
-from tailtune.operator.tuning import LatencyRead, latency_status, parse_isvc, policy_for, read_latency
+from tailtune.operator.tuning import (
+    LatencyRead,
+    judge_read,
+    judged_hold,
+    latency_status,
+    parse_isvc,
+    policy_for,
+    read_latency,
+)
 from tailtune.tuner.law import CANDIDATE_CALIBRATION, best_plan, decide
 from tailtune.tuner.prom import TRITON_SUMMARY_QUANTILES, Breakdown, PrometheusReader, Target
 from tailtune.tuner.servicetime import Curve, merged
@@ -83,9 +91,14 @@ def gather(isvc: InferenceService, now: datetime) -> Facts:
     return Facts(isvc, read, breakdown, server_ms, now)
 
 
-def next_decision(isvc: InferenceService, observation: Observation, now: datetime) -> Decision:
-    """What the law would decide on this window (as if it had not judged it yet). Pure."""
+def next_decision(
+    isvc: InferenceService, observation: Observation, now: datetime, read: LatencyRead | None = None
+) -> Decision:
+    """What the tuner would decide on this window (as if it had not judged it yet): the hold on a read the judge
+    refused (`judge_read`: its problem), else the law's decision. Pure."""
     state = tuner_state(isvc).model_copy(update={"last_window_end": None})
+    if read is not None and read.signal is not None and read.problem:
+        return judged_hold(state, in_force(isvc), observation, read)
     return decide(state, in_force(isvc), observation, policy_for(isvc, build_curve(isvc)), now)
 
 
@@ -109,7 +122,7 @@ def would_take(isvc: InferenceService, observation: Observation, decision: Decis
         demand = observation.request_rate + max(0.0, observation.queue_growth_rps or 0.0)
     curve = Curve(merged(policy.build_curve, state.live))
     replicas, why = None, ""
-    if not demand:
+    if demand is None or demand <= 0:
         why = "no demand measured"
     elif not curve:
         why = "no service-time curve of the engine in force yet (status.serviceTime)"
@@ -138,7 +151,8 @@ def render(facts: Facts) -> str:
     """One screen: the targets against the window's percentiles, where the time goes, the config in force and
     why, the tuner's last and next decision, what it would take when the SLO is missed, a rollout in flight,
     the recent Events, the service-time curve. Pure."""
-    isvc, read, now = facts.isvc, facts.read, facts.now
+    isvc, now = facts.isvc, facts.now
+    read = judge_read(facts.read, isvc, now=now)
     slo, label = isvc.spec.slo, f"P{isvc.spec.slo.percentile:g}"
     latency = latency_status(read, isvc, now)
     cond = compute_slo_condition(isvc, latency)
@@ -147,6 +161,9 @@ def render(facts: Facts) -> str:
     out.append(f"SLO        {targets} over {slo.window_seconds} s")
     if read.signal is None:
         out.append(f"latency    not read: {read.message}")
+    elif read.problem:
+        out.append(f"latency    not judged ({read.problem}): {read.message}")
+        out.append(f"window     {latency.window_start} .. {latency.window_end}")
     else:
         shown = "above every histogram bucket" if latency.above_range else _ms(latency.observed_ms)
         out.append(f"latency    {label} {shown} at {latency.throughput_rps or 0:g} req/s ({latency.source})")
@@ -157,7 +174,7 @@ def render(facts: Facts) -> str:
         if latency.overlaps_change:
             out.append("           reaches back before the last change: settling, not judged")
     out.append(f"SLOMet     {cond.status} {cond.reason}: {cond.message}")
-    if latency.message and read.signal is not None:
+    if latency.message and read.signal is not None and not read.problem:
         out.append(f"note       {latency.message}")
     b = facts.breakdown
     if b is not None:
@@ -201,7 +218,7 @@ def render(facts: Facts) -> str:
         f"last       {state.last_reason_code or '-'} (bad windows {state.bad_windows}, good {state.good_windows})"
     )
     if read.signal is not None:
-        d = next_decision(isvc, read.signal.observation, now)
+        d = next_decision(isvc, read.signal.observation, now, read)
         verb = "change" if d.changed else "hold"
         out.append(f"next       {verb} {d.reason_code}: {d.reason}")
         if d.infeasible:
@@ -268,7 +285,8 @@ def _rollout_lines(r: RolloutState) -> list[str]:
 
 def to_json(facts: Facts) -> dict[str, Any]:
     """Everything `render` shows, as one JSON-ready object (`--json`). Pure."""
-    isvc, read, now = facts.isvc, facts.read, facts.now
+    isvc, now = facts.isvc, facts.now
+    read = judge_read(facts.read, isvc, now=now)
     latency = latency_status(read, isvc, now)
     cond = compute_slo_condition(isvc, latency)
     force, state = in_force(isvc), tuner_state(isvc)
@@ -297,7 +315,7 @@ def to_json(facts: Facts) -> dict[str, Any]:
             c.model_dump(by_alias=True, exclude_none=True) for c in recorded.batches
         ]
     if read.signal is not None:
-        d = next_decision(isvc, read.signal.observation, now)
+        d = next_decision(isvc, read.signal.observation, now, read)
         out["next"] = {
             "action": d.action, "reasonCode": d.reason_code, "reason": d.reason, "infeasible": d.infeasible,
             "demandRps": d.demand_rps, "capacityRps": d.capacity_rps,

@@ -20,6 +20,8 @@ from tailtune.api.v1alpha1 import (
 )
 from tailtune.operator.builders.common import service_name
 from tailtune.operator.observed import Observed
+from tailtune.tuner.judge import JUDGED
+from tailtune.tuner.law import SIGNAL_MISSING
 
 ENGINE_READY, SERVING_READY, SLO_MET, READY = "EngineReady", "ServingReady", "SLOMet", "Ready"
 
@@ -149,16 +151,30 @@ def compute_serving_condition(
 
 
 def compute_slo_condition(isvc: InferenceService, latency: LatencyStatus) -> Condition:
-    """SLOMet from the last read of the latency signal (`status.latency`, written by the tuner).
+    """SLOMet from the last read of the latency signal (`status.latency`, written by the tuner); see `_slo_verdict`.
+    A figure the tuner holds on for want of signal (SignalMissing: no request rate, too few samples) is judged, and
+    the message says that the tuner holds and why."""
+    cond = _slo_verdict(isvc, latency)
+    if latency.problem == SIGNAL_MISSING:
+        held = f"; the tuner holds ({SIGNAL_MISSING}): {latency.message}" if latency.message else ""
+        cond = cond.model_copy(update={"message": cond.message + held})
+    return cond
 
-    Unknown while the figure cannot be judged (Prometheus unavailable, ambiguous query, no traffic, no data) or
-    while its window still reaches back before the last change (Settling: never False on stale traffic).
+
+def _slo_verdict(isvc: InferenceService, latency: LatencyStatus) -> Condition:
+    """SLOMet's verdict on the figure.
+
+    Unknown while the figure cannot be judged (Prometheus unavailable, ambiguous query, no traffic, no data, a
+    window the tuner's judge refused: ClockSkew, SignalStale, SignalImplausible) or while its window still reaches
+    back before the last change (Settling: never False on stale traffic).
     """
     slo = isvc.spec.slo
     label = f"P{slo.percentile:g}"
     detail = f": {latency.message}" if latency.message else ""
     if latency.problem in (PROMETHEUS_UNAVAILABLE, QUERY_AMBIGUOUS, NO_TRAFFIC):
         return _cond(SLO_MET, None, latency.problem, f"{label} not judged{detail}")
+    if latency.problem in JUDGED:
+        return _cond(SLO_MET, None, latency.problem, f"{label} not judged{detail}; the tuner holds")
     if latency.observed_ms is None and not latency.above_range:
         return _cond(SLO_MET, None, NO_LATENCY_DATA, f"no {label} latency data from Prometheus yet{detail}")
     shown = "above every histogram bucket" if latency.above_range else f"{latency.observed_ms:.1f} ms"

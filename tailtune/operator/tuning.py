@@ -17,7 +17,7 @@ import asyncio
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -66,10 +66,11 @@ from tailtune.operator.status import (
 from tailtune.triton.config import batching_from_config
 from tailtune.triton.control import ApplyError, apply_config, get_model_config_json, is_model_ready
 from tailtune.tuner import prom
-from tailtune.tuner.law import MAX_REJECTED, hold
+from tailtune.tuner.judge import judge_signal
+from tailtune.tuner.law import MAX_REJECTED, SIGNAL_MISSING, hold
 from tailtune.tuner.loop import ObservationReader, tune_once
 from tailtune.tuner.prom import TRITON_SUMMARY_QUANTILES, PrometheusUnavailable, Signal, quantile_label
-from tailtune.tuner.servicetime import BatchSample, CurvePoint
+from tailtune.tuner.servicetime import BatchSample, Curve, CurvePoint, learn, merged
 from tailtune.tuner.types import Decision, InForce, Observation, Policy, RejectedConfig, TunerState
 
 log = logging.getLogger(__name__)
@@ -105,25 +106,51 @@ def policy_for(isvc: InferenceService, build_curve: tuple[CurvePoint, ...] = ())
 
 @dataclass(frozen=True)
 class LatencyRead:
-    """One read of the latency signal, or why there is none (read before the per-object lock is taken)."""
+    """One read of the latency signal, or why there is none (read before the per-object lock is taken).
+
+    A problem beside a signal is the judge's (`tuner.judge`): the window was read and is not to be used."""
 
     signal: Signal | None
     problem: str = ""
     message: str = ""
+    # The operator's clock when it read: what the samples' times are judged against.
+    at: datetime | None = None
 
 
 def read_latency(reader: ObservationReader | SignalReader, now: datetime) -> LatencyRead:
     """Read the window ending now; a failure becomes a problem status shows, never an exception. Blocking."""
     try:
         if isinstance(reader, SignalReader):
-            return LatencyRead(reader.read_signal(now))
-        return LatencyRead(Signal(observation=reader.read(now), source="userQuery"))
+            return LatencyRead(reader.read_signal(now), at=now)
+        return LatencyRead(Signal(observation=reader.read(now), source="userQuery"), at=now)
     except PrometheusUnavailable as exc:
         return LatencyRead(
-            None, PROMETHEUS_UNAVAILABLE, f"Prometheus at {exc.url} unavailable ({exc.kind}): {exc.detail}"
+            None, PROMETHEUS_UNAVAILABLE, f"Prometheus at {exc.url} unavailable ({exc.kind}): {exc.detail}", now
         )
     except Exception as exc:  # a reader of another kind: its failure is the signal's failure
-        return LatencyRead(None, PROMETHEUS_UNAVAILABLE, f"latency signal unavailable: {type(exc).__name__}: {exc}")
+        message = f"latency signal unavailable: {type(exc).__name__}: {exc}"
+        return LatencyRead(None, PROMETHEUS_UNAVAILABLE, message, now)
+
+
+def judge_read(
+    read: LatencyRead, isvc: InferenceService, observation: Observation | None = None, now: datetime | None = None
+) -> LatencyRead:
+    """The read with its window judged (`tuner.judge`): a problem named beside the signal when the window is not to
+    be used (clocks, stale data, impossible figures); the read unchanged otherwise. `observation`: the window as the
+    tuner sees it (the Deployment's ready count, this tick's batch statistics); `now`: the clock when `read.at` is
+    unknown. Pure."""
+    if read.signal is None or read.problem:
+        return read
+    obs = read.signal.observation if observation is None else observation
+    state, applied = tuner_state(isvc), config_in_force(isvc)
+    policy = policy_for(isvc, build_curve(isvc))
+    curve = Curve(merged(policy.build_curve, learn(state.live, obs.batch_stats)))
+    # Pods that may have served the window: those ready now, or those in force before a scale-in took effect.
+    pods = max(obs.ready_replicas or 0, isvc.status.replicas.ready, applied.replicas)
+    instances = pods * isvc.spec.serving.gpu.count * isvc.spec.serving.instances_per_gpu
+    at = read.at or now or obs.window_end
+    problem = judge_signal(obs, at, policy, curve, instances)
+    return read if problem is None else replace(read, problem=problem.code, message=problem.message)
 
 
 def _stamp(t: datetime) -> str:
@@ -150,6 +177,12 @@ def latency_status(
             infeasible=infeasible,
         )  # fmt: skip
     signal, obs = read.signal, read.signal.observation
+    if read.problem:
+        # Judged unusable: the window and why, never its figures as if they were real (the message has them).
+        return LatencyStatus(
+            percentile=percentile, observed_at=_stamp(now), window_start=_stamp(obs.window_start),
+            window_end=_stamp(obs.window_end), source=signal.source, problem=read.problem, message=read.message,
+        )  # fmt: skip
     p = obs.p_latency_ms
     observed = None if p is None or math.isinf(p) else round(p, 2)
     changed_at = None if isinstance(isvc, float | int) else config_in_force(isvc).changed_at
@@ -161,6 +194,9 @@ def latency_status(
         problem, message = NO_TRAFFIC, "no requests in the window"
     elif p is None:
         problem, message = NO_LATENCY_DATA, _no_data_message(signal, percentile)
+    elif decision is not None and decision.reason_code == SIGNAL_MISSING:
+        # A figure, but not enough signal to act on (no request rate, too few samples): the tuner holds, and says so.
+        problem, message = SIGNAL_MISSING, decision.reason
     elif not isinstance(isvc, float | int):
         message = _window_note(isvc, obs.span_seconds)
     targets = [] if isinstance(isvc, float | int) else _target_statuses(isvc, obs, signal.above_range)
@@ -370,13 +406,20 @@ async def tune_step(
             "batch_stats": await _live_batch_stats(isvc, cluster, batch_stats),
         }
     )
-    deferred = _Deferred()
-    policy = policy_for(isvc, build_curve(isvc))
-    # The decision is CPU work (seconds on a curve measured at every size of a large engine): off the event loop,
-    # so the other resources' handlers, watches and the health probe go on meanwhile.
-    new_state, new_in_force, decision = await asyncio.to_thread(
-        tune_once, _Window(observation), deferred, deferred, state, applied, policy, now
-    )
+    read = judge_read(read, isvc, observation, now)
+    if read.signal is not None and read.problem:
+        # A window judged unusable (clocks, stale data, impossible figures) is never acted on; status says why.
+        log.warning("%s/%s: %s: %s", isvc.metadata.namespace, isvc.metadata.name, read.problem, read.message)
+        decision = judged_hold(state, applied, observation, read)
+        new_state, new_in_force = decision.state, decision.in_force
+    else:
+        deferred = _Deferred()
+        policy = policy_for(isvc, build_curve(isvc))
+        # The decision is CPU work (seconds on a curve measured at every size of a large engine): off the event
+        # loop, so the other resources' handlers, watches and the health probe go on meanwhile.
+        new_state, new_in_force, decision = await asyncio.to_thread(
+            tune_once, _Window(observation), deferred, deferred, state, applied, policy, now
+        )
     annotations: dict[str, str] = {}
     rollout = RolloutState.from_annotations(isvc.metadata.annotations) if isvc.spec.tuning.mode == "hot" else None
     if rollout is not None or (decision.changed and isvc.spec.tuning.mode == "hot"):
@@ -401,6 +444,16 @@ async def tune_step(
     if latency.model_copy(update={"observed_at": None}) != old.model_copy(update={"observed_at": None}):
         await cluster.patch_latency(isvc.metadata, latency, refresh_slo_message(isvc, latency))
     return decision
+
+
+def judged_hold(state: TunerState, applied: InForce, observation: Observation, read: LatencyRead) -> Decision:
+    """The tuner's decision on a window the judge refused: hold the config in force, with the judge's reason. Runs of
+    bad or good windows start over (they count consecutive usable windows); the window is not remembered as judged
+    (a clock ahead would block the windows after it is fixed); Triton's own batch statistics are still learnt."""
+    st = state.model_copy(
+        update={"bad_windows": 0, "good_windows": 0, "live": learn(state.live, observation.batch_stats)}
+    )
+    return hold(st, applied, read.problem, f"{read.message}; holding the config, never acting on it", missing=True)
 
 
 async def _live_batch_stats(

@@ -22,7 +22,7 @@ import math
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from tailtune.tuner.types import SUMMARY_WINDOW_SECONDS, TAIL_SHARE, Observation
@@ -39,6 +39,10 @@ class PromClient(Protocol):
 ErrorKind = Literal["dns", "refused", "timeout", "http", "invalid"]
 Source = Literal["tritonSummary", "histogram", "userQuery"]
 DEFAULT_TIMEOUT_SECONDS = 3.0
+# How far ahead of the read the newest sample is looked for: Prometheus' default lookback (`--query.lookback-delta`,
+# 5 min), so the query ahead sees every sample stamped after the read's time up to that far (with a shorter lookback,
+# only the far end of that span).
+CLOCK_PROBE_SECONDS = 300.0
 # Triton's default summary quantiles (`--metrics-config summary_quantiles=...` changes them).
 TRITON_SUMMARY_QUANTILES = ("0.5", "0.9", "0.95", "0.99", "0.999")
 
@@ -138,7 +142,8 @@ class Queries:
     tail_demand_rps: str = ""
     # The most requests pending on one pod now (`Observation.pending_max`).
     pending_max: str = ""
-    # Unix time of the newest sample behind the latency figure: the window's end advances only with new data.
+    # Unix time of the newest sample behind the latency figure: the window's end advances only with new data (read at
+    # the read's time, and ahead of it: samples stamped in the future say a clock is off).
     newest_sample: str = ""
 
 
@@ -360,14 +365,19 @@ class PrometheusReader:
 
     def read_signal(self, at: datetime) -> Signal:
         """One read at `at`: the observation, whose window ends at the newest sample behind the latency figure
-        (so two reads without a new scrape are the same window), and what status says about it."""
+        (so two reads without a new scrape are the same window; ahead of `at` when a clock is off), and what status
+        says about it."""
         q = self.queries(at)
         series = self._client.query(q.latency_ms, at)
         latency, above, ambiguous = _latency(series)
         newest = self._scalar(q.newest_sample, at)
-        window_end = (
-            datetime.fromtimestamp(newest, tz=at.tzinfo) if newest is not None and newest <= at.timestamp() else at
-        )
+        # Samples stamped after `at` are invisible at `at`: a query ahead shows them. The window ends at the newest
+        # sample as stamped, never clamped to the read's time: `tuner.judge` tells a scrape during the read from a
+        # clock that is off (ClockSkew).
+        ahead = self._scalar(q.newest_sample, at + timedelta(seconds=CLOCK_PROBE_SECONDS))
+        if ahead is not None and ahead > at.timestamp():
+            newest = ahead
+        window_end = datetime.fromtimestamp(newest, tz=at.tzinfo) if newest is not None else at
         replicas = self._scalar(q.ready_replicas, at)
         requests = self._scalar(q.request_rate, at)
         # Whether Triton's figures come from a histogram: asked once per read, not once per percentile.

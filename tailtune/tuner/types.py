@@ -29,7 +29,9 @@ class Observation(_Frozen):
     """One window of the latency signal, from Prometheus or from the simulator.
 
     Every measurement is None when it is missing. `span_seconds` is how far back the data reach from
-    `window_end` (the SLO window, or Triton's 60 s summary window when that is longer).
+    `window_end` (the SLO window, or Triton's 60 s summary window when that is longer). `window_end` is the newest
+    sample as stamped: ahead of the reader's clock when a clock is off, long before it when the data stopped
+    (`tuner.judge` says so before the law reads the window).
     """
 
     window_end: datetime
