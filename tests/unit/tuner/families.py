@@ -12,6 +12,7 @@ import numpy.typing as npt
 
 from tailtune.api.v1alpha1 import Batching
 from tailtune.sim.batcher import Replica
+from tailtune.sim.curves import PiecewiseCurve
 from tailtune.tuner import law
 from tailtune.tuner.model import capacity as model_capacity
 from tailtune.tuner.model import predict, share_within
@@ -38,6 +39,15 @@ def make_curve(rng: np.random.Generator, kind: str) -> Fn:
         return lambda b: a + c * k * math.ceil(b / k)
     # Flat while the device has idle lanes, then linear.
     return lambda b: max(a, c * b) + 0.05 * a
+
+
+def stepwise_edge(rng: np.random.Generator) -> PiecewiseCurve:
+    """A plateau up to batch 4, a steep profile edge to 8 and 12, then a gentle slope to 64."""
+    a = float(rng.uniform(5.0, 9.0))
+    edge = a * float(rng.uniform(1.2, 1.5))
+    pts = [(1, a), (2, a), (4, a), (8, a + edge), (12, a + 2.7 * edge), (16, a + 2.9 * edge)]
+    pts += [(b, a + 2.9 * edge + 0.25 * a * (b - 16) / 16) for b in (32, 48, 64)]
+    return PiecewiseCurve(tuple((b, round(ms, 3)) for b, ms in pts), f"stepwise(a={a:.1f})")
 
 
 def superlinear(rng: np.random.Generator) -> Fn:

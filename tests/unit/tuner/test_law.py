@@ -22,6 +22,7 @@ from tailtune.tuner.law import Candidate, best_plan, candidate, decide
 from tailtune.tuner.model import chained, predict
 from tailtune.tuner.servicetime import MIN_LIVE_SAMPLES, BatchSample, Curve, CurvePoint, merged
 from tailtune.tuner.types import Decision, InForce, Observation, Policy, RejectedConfig, TooFewReplicas, TunerState
+from tests.sampling import cases, enough, floor, wanted
 from tests.unit.tuner.families import (
     KINDS,
     NOW,
@@ -37,7 +38,8 @@ from tests.unit.tuner.families import (
 )
 from tests.unit.tuner.families import make_curve as families_curve
 
-CASES = 300
+FAMILY = 300  # cases in a family (the benchmark's sweep); the suite draws a sample of it
+CASES = cases(FAMILY)
 
 
 def _curve(policy: Policy, decision: Decision) -> Curve:
@@ -153,7 +155,7 @@ def test_b_never_cuts_capacity_under_a_backlog(growth_known: bool) -> None:
         new = _cand(curve, d.batching, case.policy, d.state.calibration)
         before = old.capacity_rps * case.in_force.replicas
         assert new.capacity_rps * d.replicas >= before * (1 - 1e-9), (i, d.reason)
-    assert seen >= 50
+    assert seen >= floor(50, 300)
 
 
 def test_b_a_window_the_new_replicas_served_only_in_part_never_cuts_capacity() -> None:
@@ -318,7 +320,7 @@ def test_b_never_cuts_the_batching_below_a_recent_burst_the_config_in_force_keep
         new = _cand(_curve(case.policy, d), d.batching, case.policy, 1.0)
         n = max(d.replicas, case.in_force.replicas)
         assert new.capacity_rps * n >= peak * (1 - 1e-9), (i, peak, new.capacity_rps, n, d.reason)
-    assert seen >= 30 and broken >= 10, (seen, broken)
+    assert seen >= floor(30, 600) and broken >= floor(10, 600), (seen, broken)
 
 
 # (c) -------------------------------------------------------------------------------------------------------
@@ -348,7 +350,7 @@ def test_c_a_config_in_force_below_the_warmup_batch_is_lifted_under_a_backlog() 
     """The warmup grew past the config in force (new engine or warmup); then the queue backs up."""
     rng = np.random.default_rng(1)
     offending = []
-    for i in range(200):
+    for i in range(cases(200)):
         t = superlinear(rng)
         mb, warm = int(rng.integers(4, 17)), int(rng.integers(32, 65))
         policy = make_policy(rng, t, 64, warmup_max=warm, instances=1)
@@ -367,7 +369,7 @@ def test_c_a_config_in_force_below_the_warmup_batch_is_lifted_under_a_backlog() 
 
 def test_d_at_the_limits_with_a_growing_queue_says_infeasible() -> None:
     rng = np.random.default_rng(404)
-    for i in range(200):
+    for i in range(cases(200)):
         t = make_case(rng).t
         top = int(rng.choice([8, 16, 32, 64]))
         policy = make_policy(rng, t, top, replicas_min=1)
@@ -394,7 +396,7 @@ def test_d_at_the_limits_with_a_growing_queue_says_infeasible() -> None:
 
 def test_e_window_already_seen() -> None:
     rng = np.random.default_rng(501)
-    for i in range(100):
+    for i in range(cases(100)):
         case = make_case(rng)
         back = timedelta(seconds=float(rng.uniform(0, 600)))
         state = case.state.model_copy(update={"last_window_end": case.obs.window_end + back})
@@ -407,7 +409,7 @@ def test_e_window_already_seen() -> None:
 
 def test_e_missing_latency_or_samples_holds_and_says_so() -> None:
     rng = np.random.default_rng(502)
-    for i in range(100):
+    for i in range(cases(100)):
         case = make_case(rng)
         few = int(rng.integers(0, case.policy.min_samples))
         for update in ({"p_latency_ms": None}, {"request_rate": None}, {"sample_count": few}):
@@ -423,7 +425,7 @@ def test_e_no_traffic_holds_or_leaves_a_fragile_config() -> None:
     most capable batch's capacity, or below the warmup batch): then it moves the batching only, at once."""
     rng = np.random.default_rng(503)
     moved = held = 0
-    for i in range(100):
+    for i in range(cases(100)):
         case = make_case(rng)
         free = case.in_force.model_copy(update={"changed_at": None})
         d = decide(
@@ -451,7 +453,7 @@ def test_e_no_traffic_holds_or_leaves_a_fragile_config() -> None:
 
 def test_e_window_overlapping_the_last_change_is_stale() -> None:
     rng = np.random.default_rng(504)
-    for i in range(100):
+    for i in range(cases(100)):
         case = make_case(rng)
         changed = case.obs.window_start + timedelta(seconds=float(rng.uniform(0.001, SPAN)))
         in_force = case.in_force.model_copy(update={"changed_at": changed})
@@ -462,7 +464,7 @@ def test_e_window_overlapping_the_last_change_is_stale() -> None:
 
 def test_e_replicas_not_ready() -> None:
     rng = np.random.default_rng(505)
-    for i in range(100):
+    for i in range(cases(100)):
         case = make_case(rng)
         in_force = case.in_force.model_copy(update={"replicas": case.in_force.replicas + int(rng.integers(1, 4))})
         d = decide(case.state, in_force, case.obs, case.policy, NOW)
@@ -490,7 +492,7 @@ def test_e_one_bad_window_without_overload_is_confirmed_first() -> None:
         # The second bad window in a row is no longer noise.
         d2 = decide(d.state, case.in_force, obs.model_copy(update={"window_end": NOW + timedelta(30)}), p, NOW)
         assert d2.reason_code != law.CONFIRMING, (i, d2.reason)
-    assert checked >= 100
+    assert checked >= floor(100, 300)
 
 
 def _foretold(case: Case, obs: Observation) -> bool:
@@ -513,7 +515,9 @@ def test_e_one_bad_window_past_the_slo_the_model_foretold_is_acted_on() -> None:
     # demand first (a burst the bet must keep up with: in-sample 021 collapsed on one).
     rng = np.random.default_rng(507)
     checked = 0
-    for i in range(CASES * 3):
+    for i in range(FAMILY * 3):
+        if enough(checked, 30):
+            break
         case = make_case(rng)
         if case.overloaded:
             continue
@@ -541,7 +545,7 @@ def test_e_one_bad_window_past_the_slo_the_model_foretold_is_acted_on() -> None:
         within = float(rng.uniform(p.aim_ms * 1.01, p.slo_ms * 0.99))
         d2 = decide(state, case.in_force, obs.model_copy(update={"p_latency_ms": within}), p, NOW)
         assert (d2.action, d2.reason_code) == ("hold", law.CONFIRMING), (i, d2.reason)
-    assert checked >= 30
+    assert checked >= wanted(30)
 
 
 def _share_gained(p: Policy, d: Decision, plan: law.Plan, demand: float, mild: float, batching: Batching) -> bool:
@@ -579,7 +583,7 @@ def test_e_cooldown_between_changes() -> None:
         over = free.model_copy(update={"changed_at": NOW - timedelta(seconds=policy.cooldown_seconds)})
         again = decide(case.state, over, case.obs, policy, NOW)
         assert again.changed and (again.batching, again.replicas) == (d.batching, d.replicas), i
-    assert checked >= 50
+    assert checked >= floor(50, 300)
 
 
 # (f) -------------------------------------------------------------------------------------------------------
@@ -605,7 +609,7 @@ def _follow_up_holds_the_batch(t: object, policy: Policy, d: Decision, demand: f
 def test_f_from_triton_default_one_change_to_a_sustainable_batch() -> None:
     rng = np.random.default_rng(606)
     checked = 0
-    for i in range(400):
+    for i in range(cases(400)):
         t = superlinear(rng)
         top = int(rng.choice([64, 128]))
         policy = make_policy(rng, t, top, replicas_max=1, instances=1, slo_ms=float(t(top) * rng.uniform(1, 4)))
@@ -625,13 +629,15 @@ def test_f_from_triton_default_one_change_to_a_sustainable_batch() -> None:
         # Sustainable in one change: it carries the measured demand with margin (a x2 step would not).
         assert new.carries() >= demand * policy.demand_margin * 0.99, (i, d.reason)
         _follow_up_holds_the_batch(t, policy, d, demand, rng)
-    assert checked >= 100
+    assert checked >= floor(100, 400)
 
 
 def test_f_from_max_batch_one_under_overload_one_change_to_the_target() -> None:
     rng = np.random.default_rng(607)
     checked = 0
     for i in range(400):
+        if enough(checked, 100):
+            break
         t = make_case(rng, KINDS[i % len(KINDS)]).t
         top = int(rng.choice([16, 32, 64]))
         policy = make_policy(rng, t, top, replicas_max=1, instances=1, warmup_max=1)
@@ -648,7 +654,7 @@ def test_f_from_max_batch_one_under_overload_one_change_to_the_target() -> None:
         assert (d.batching.max_batch_size, d.replicas) == (plan.candidate.max_batch, plan.replicas), (i, d.reason)
         assert plan.candidate.carries() >= demand * policy.demand_margin
         _follow_up_holds_the_batch(t, policy, d, demand, rng)
-    assert checked >= 100
+    assert checked >= wanted(100)
 
 
 # (g) -------------------------------------------------------------------------------------------------------
@@ -657,7 +663,7 @@ def test_f_from_max_batch_one_under_overload_one_change_to_the_target() -> None:
 def test_g_live_batch_stats_steer_the_plan() -> None:
     rng = np.random.default_rng(707)
     checked = 0
-    for i in range(300):
+    for i in range(cases(300)):
         t = make_case(rng, KINDS[i % len(KINDS)]).t
         top = int(rng.choice([16, 32, 64]))
         policy = make_policy(rng, t, top, replicas_max=int(rng.integers(1, 5)), instances=1, warmup_max=1)
@@ -680,7 +686,7 @@ def test_g_live_batch_stats_steer_the_plan() -> None:
             few = slow.model_copy(update={"count": MIN_LIVE_SAMPLES - 1})
             unsure = decide(TunerState(), in_force, obs.model_copy(update={"batch_stats": (few,)}), policy, NOW)
             assert unsure.batching == blind.batching, i
-    assert checked >= 80
+    assert checked >= floor(80, 300)
 
 
 def test_g_live_stats_accumulate_across_windows() -> None:
@@ -703,7 +709,7 @@ def test_g_live_stats_accumulate_across_windows() -> None:
 
 def test_h_state_round_trips_through_json() -> None:
     rng = np.random.default_rng(808)
-    for i in range(100):
+    for i in range(cases(100)):
         case = make_case(rng)
         stats = tuple(
             BatchSample(batch=int(b), count=int(rng.integers(1, 50)), ms=float(rng.uniform(1, 50)))
@@ -727,7 +733,7 @@ def test_h_malformed_annotation_is_a_value_error(raw: str) -> None:
 
 def test_decide_is_pure() -> None:
     rng = np.random.default_rng(909)
-    for _ in range(50):
+    for _ in range(cases(50)):
         case = make_case(rng)
         assert _decide(case) == _decide(case)
         assert math.isfinite(case.state.calibration)
@@ -770,7 +776,7 @@ def test_i_a_config_that_failed_at_a_demand_is_not_adopted_again_at_it_or_more()
             d.batching.max_batch_size, b.max_batch_size
         )
         assert not same, (i, d.reason)
-    assert checked > 20, checked
+    assert checked > floor(20, 300), checked
 
 
 def test_i_infeasible_only_on_evidence() -> None:
@@ -787,7 +793,7 @@ def test_i_infeasible_only_on_evidence() -> None:
         if holding and case.demand < 0.9 * case.policy.replicas_max * best:
             quiet += 1
             assert not d.infeasible, (i, d.reason)
-    assert quiet > 20, quiet
+    assert quiet > floor(20, 300), quiet
 
 
 def _second_bad_window(calibration: float) -> TunerState:
@@ -860,7 +866,7 @@ def test_i_a_replica_count_that_broke_the_aim_is_not_scaled_in_to_again() -> Non
         if few.demand_rps * (1 - law.REJECTED_DEMAND_SHARE) <= demand:
             checked += 1
             assert d.replicas > low, (i, d.reason)
-    assert checked > 20, checked
+    assert checked > floor(20, 300), checked
     # The scale-out for bad windows records the count it left.
     for i in range(CASES):
         case = make_case(rng)
@@ -876,6 +882,8 @@ def test_e_a_stale_window_still_leaves_a_fragile_config() -> None:
     rng = np.random.default_rng(905)
     moved = held = 0
     for i in range(150):
+        if enough(moved, 1) and enough(held, 1) and i >= cases(150):
+            break
         case = make_case(rng)
         policy = case.policy.model_copy(update={"cooldown_seconds": 0.0})
         in_force = case.in_force.model_copy(update={"changed_at": case.obs.window_start + timedelta(seconds=1)})
@@ -922,7 +930,7 @@ def _quiet_case(rng: np.random.Generator) -> Case | None:
 
 def _scale_ins(rng: np.random.Generator) -> Iterator[tuple[int, Case, Decision]]:
     """(index, case, decision) of the generated quiet cases whose decision scales in."""
-    for i in range(CASES * 2):
+    for i in range(FAMILY * 2):
         case = _quiet_case(rng)
         if case is None:
             continue
@@ -940,6 +948,8 @@ def test_j_a_scale_in_lands_below_the_comfort_line() -> None:
 
     scaled_in = 0
     for i, case, d in _scale_ins(np.random.default_rng(1207)):
+        if enough(scaled_in, 21):
+            break
         scaled_in += 1
         policy, b = case.policy, d.batching
         cal = max(
@@ -957,7 +967,7 @@ def test_j_a_scale_in_lands_below_the_comfort_line() -> None:
             policy.percentile,
         )
         assert p.p_ms * cal <= policy.comfort_ms * 1.02, (i, p.p_ms, cal, policy.comfort_ms, d.reason)
-    assert scaled_in > 20, scaled_in
+    assert scaled_in >= wanted(21), scaled_in
 
 
 def test_j_a_scale_in_gives_back_at_most_half_the_replicas() -> None:
@@ -966,12 +976,14 @@ def test_j_a_scale_in_gives_back_at_most_half_the_replicas() -> None:
     replica). Where the model alone would give back more, the reason says so."""
     limited = 0
     for i, case, d in _scale_ins(np.random.default_rng(1231)):
+        if enough(limited, 6):
+            break
         n = case.in_force.replicas
         assert d.replicas >= math.ceil(n / 2), (i, n, d.replicas, d.reason)
         if "at most half the replicas given back at once" in d.reason:
             limited += 1
             assert d.replicas == math.ceil(n / 2), (i, n, d.replicas, d.reason)
-    assert limited > 5, limited
+    assert limited >= wanted(6), limited
 
 
 def test_j_no_scale_in_while_the_demand_rises() -> None:
@@ -981,6 +993,8 @@ def test_j_no_scale_in_while_the_demand_rises() -> None:
     rng = np.random.default_rng(1213)
     rising_checked = 0
     for i, case, flat in _scale_ins(rng):
+        if enough(rising_checked, 21):
+            break
         demand = flat.demand_rps if flat.demand_rps is not None else case.demand
         past = case.state.recent_demand
         rose = demand / (1 + law.GROWTH_SHARE + float(rng.uniform(0.01, 1.0)))
@@ -988,7 +1002,7 @@ def test_j_no_scale_in_while_the_demand_rises() -> None:
         d = decide(state, case.in_force, case.obs, case.policy, NOW)
         rising_checked += 1
         assert d.replicas >= case.in_force.replicas, (i, rose, demand, d.reason)
-    assert rising_checked > 20, rising_checked
+    assert rising_checked >= wanted(21), rising_checked
 
 
 def test_j_relieving_bad_windows_judges_the_batching_at_the_replicas_kept() -> None:
@@ -1043,7 +1057,7 @@ def test_i_a_batching_left_past_the_slo_is_remembered_even_where_nothing_holds_i
             continue
         infeasible += d.infeasible
         assert any(x.batching == left for x in d.state.rejected), (i, d.reason)
-    assert infeasible >= 5, infeasible
+    assert infeasible >= floor(5, 300), infeasible
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -1053,7 +1067,7 @@ def test_k_dense_measured_sizes_leave_few_candidates_none_worse_than_a_dropped_s
     every dropped size has a kept one within a quarter octave that is at least as efficient. A ladder of powers
     of two and their midpoints is kept whole."""
     rng = np.random.default_rng(23)
-    for _ in range(40):
+    for _ in range(cases(40)):
         t = families_curve(rng, kind)
         top = int(rng.choice([64, 256, 1024, 4096]))
         sizes = sorted({int(b) for b in rng.integers(1, top + 1, size=int(rng.integers(top // 2, top + 1)))} | {top})

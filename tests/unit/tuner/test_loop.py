@@ -11,6 +11,7 @@ from tailtune.api.v1alpha1 import Batching
 from tailtune.tuner.law import decide
 from tailtune.tuner.loop import tune_once
 from tailtune.tuner.types import Decision, Observation
+from tests.sampling import cases, floor
 from tests.unit.tuner.families import NOW, make_case
 
 
@@ -46,7 +47,7 @@ class Recorder:
 def test_returns_the_laws_decision_and_applies_only_changes() -> None:
     rng = np.random.default_rng(41)
     changes = holds = 0
-    for i in range(150):
+    for i in range(cases(150)):
         case = make_case(rng)
         reader, applier, recorder = Reader(case.obs), Applier(), Recorder()
         state, in_force, decision = tune_once(reader, applier, recorder, case.state, case.in_force, case.policy, NOW)
@@ -60,13 +61,13 @@ def test_returns_the_laws_decision_and_applies_only_changes() -> None:
         else:
             holds += 1
             assert applier.applied == [] and in_force == case.in_force
-    assert changes >= 20 and holds >= 20
+    assert changes >= floor(20, 150) and holds >= floor(20, 150)
 
 
 def test_a_failed_apply_propagates_and_changes_nothing() -> None:
     rng = np.random.default_rng(42)
     failed = 0
-    for i in range(150):
+    for i in range(cases(150)):
         case = make_case(rng)
         if not decide(case.state, case.in_force, case.obs, case.policy, NOW).changed:
             continue
@@ -83,7 +84,7 @@ def test_a_failed_apply_propagates_and_changes_nothing() -> None:
         retry = Applier()
         _, again, decision = tune_once(Reader(case.obs), retry, Recorder(), state, in_force, case.policy, NOW)
         assert decision.changed and retry.applied == [(again.batching, again.replicas)], i
-    assert failed >= 20
+    assert failed >= floor(20, 150)
 
 
 def test_a_window_judged_twice_is_held() -> None:

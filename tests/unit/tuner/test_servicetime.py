@@ -18,8 +18,9 @@ from tailtune.tuner.servicetime import (
     learn,
     merged,
 )
+from tests.sampling import cases
 
-CASES = 300
+CASES = cases(300)
 
 
 def _random_points(rng: np.random.Generator) -> list[CurvePoint]:
