@@ -183,3 +183,18 @@ def kill_recorded(pid_dir: Path, grace_s: float = 5.0) -> list[int]:
     terminate(live, grace_s)
     recorded_alive(pid_dir)  # drops the records of the ended ones
     return [proc.pid for proc in live]
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines ("pid: argv", cut at 200 characters) of the processes other than this one that contain `text`
+    (what a run left behind, found by a folder or port it was given)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmdline:
+                found.append(f"{proc.name}: {cmdline[:200]}")
+    return found

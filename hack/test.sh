@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 bash hack/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 # One BLAS thread per process: the tuner's numpy work is on small arrays, and OpenBLAS's second thread mostly
-# spins (one law test alone: 37.8 s of CPU in 19.2 s -> 21.8 s in 21.8 s; test_law.py 520 s -> 504 s), a core
+# spins (one law test over its whole family: 37.8 s of CPU in 19.2 s -> 21.8 s in 21.8 s), a core
 # taken from the cluster, the tritonservers and the operator beside it on a 2-core machine.
 export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 echo "[test] ruff";         ruff check tailtune devkit tests bench

@@ -2,7 +2,6 @@
 
     python bench/tuner/properties.py                  # every family whole (~15 min on 2 cores)
     python bench/tuner/properties.py -k test_b_       # some of them (pytest's -k)
-    python bench/tuner/properties.py --jobs 2         # spread over 2 processes (pytest-xdist)
 
 The suite (`bash hack/test.sh`, `pytest tests/unit`) runs each property on a small seeded sample of its family
 (`tests/sampling.py`: the first cases of the same seeded draw, so a failure here replays there by its case
@@ -42,8 +41,6 @@ def run(full: bool, args: argparse.Namespace, report: Path) -> tuple[int, dict[s
     argv += ["--junitxml", str(report)]
     if args.k:
         argv += ["-k", args.k]
-    if args.jobs > 1:
-        argv += ["-n", str(args.jobs)]
     code = subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
     return code, parse_junit(report)
 
@@ -88,7 +85,6 @@ def plot(rows: list[tuple[str, float, float]], path: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-k", default="", help="pytest -k expression: run only some properties")
-    parser.add_argument("--jobs", type=int, default=1, help="pytest-xdist processes for the whole families")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from devkit.demo import Plan, demo_service, engine_store_manifests
+from devkit.procs import processes_mentioning
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,19 +46,6 @@ def test_the_engine_store_is_a_hostpath_volume_bound_to_the_claim(tmp_path: Path
     assert pv["spec"]["hostPath"] == {"path": str(tmp_path)}
     assert pv["spec"]["claimRef"] == {"namespace": "tailtune-demo", "name": "tailtune-engines"}
     assert pvc["spec"]["volumeName"] == pv["metadata"]["name"]
-
-
-def processes_mentioning(text: str) -> list[str]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit() and int(proc.name) != os.getpid():
-            try:
-                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if text in cmdline:
-                found.append(f"{proc.name}: {cmdline[:200]}")
-    return found
 
 
 @pytest.mark.e2e

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from devkit.procs import processes_mentioning
 from tests.e2e.probes.sigterm_probe import READY
 
 pytestmark = pytest.mark.e2e
@@ -27,20 +28,6 @@ PROBE = Path(__file__).resolve().parent / "probes" / "sigterm_probe.py"
 UP_S = 240.0  # the probe's cluster up (etcd, API server, controller-manager, scheduler, kwok; binaries cached)
 # Stopping: `devkit.cluster down` gives each of its 5 components SIGTERM and up to 10 s before SIGKILL.
 DOWN_S = 60.0
-
-
-def processes_mentioning(text: str) -> list[str]:
-    """Command lines (pid: argv) of the processes other than this one whose command line contains `text`."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit() and int(proc.name) != os.getpid():
-            try:
-                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if text in cmdline:
-                found.append(f"{proc.name}: {cmdline[:200]}")
-    return found
 
 
 def _read_until(proc: subprocess.Popen[str], marker: str, timeout_s: float) -> str:
