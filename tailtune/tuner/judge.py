@@ -71,7 +71,8 @@ def judge_signal(
     if age > obs.span_seconds + grace:
         return SignalProblem(
             SIGNAL_STALE,
-            f"the newest sample ({_at(obs.window_end)}) is {age:.0f} s old, older than the {obs.span_seconds:g} s "
+            # (No age in the message: it would change every tick and rewrite status at rest; the time says it.)
+            f"the newest sample ({_at(obs.window_end)}) is older than the {obs.span_seconds:g} s "
             f"window by more than {grace:g} s: no new data (a stopped scrape, a frozen exporter, or the operator's "
             f"clock ahead of Prometheus'); {_figure(obs, policy)} of then not judged",
         )

@@ -17,6 +17,7 @@ from tailtune.operator.engine import engine_cache_key
 from tailtune.operator.explain import Facts, render, to_json
 from tailtune.operator.status import compute_slo_condition
 from tailtune.operator.tuning import LatencyRead, read_latency, tune_step
+from tailtune.tuner.judge import _at
 from tailtune.tuner.prom import PrometheusReader, Signal, Target
 from tailtune.tuner.types import Observation
 from tests.unit.factories import make_isvc
@@ -65,7 +66,7 @@ def faults(rng: np.random.Generator) -> list[tuple[str, dict[str, Any], str]]:
     huge = 4 * CAPACITY_RPS * float(10 ** rng.uniform(0.1, 9))
     return [
         ("ClockSkew", {"window_end": NOW + timedelta(seconds=ahead)}, f"{ahead:.0f} s ahead"),
-        ("SignalStale", {"window_end": NOW - timedelta(seconds=age)}, f"{age:.0f} s old"),
+        ("SignalStale", {"window_end": NOW - timedelta(seconds=age)}, _at(NOW - timedelta(seconds=age))),
         ("SignalImplausible", {"request_rate": negative, "sample_count": None}, f"request rate {negative:g}"),
         ("SignalImplausible", {"p_latency_ms": zero}, f"P99 {zero:g} ms"),
         ("SignalImplausible", {"request_rate": huge}, f"request rate {huge:.4g} req/s"),

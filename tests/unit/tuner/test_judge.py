@@ -68,7 +68,7 @@ def test_samples_ahead_of_the_clock_are_clock_skew_with_the_offset() -> None:
         assert f"{ahead:.0f} s ahead" in problem.message
 
 
-def test_a_newest_sample_older_than_the_window_is_stale_with_its_age() -> None:
+def test_a_newest_sample_older_than_the_window_is_stale_with_its_time_and_a_message_stable_at_rest() -> None:
     rng = np.random.default_rng(42)
     for i in range(CASES):
         obs, policy, curve, instances, _ = _case(rng)
@@ -76,7 +76,11 @@ def test_a_newest_sample_older_than_the_window_is_stale_with_its_age() -> None:
         stale = obs.model_copy(update={"window_end": NOW - timedelta(seconds=age)})
         problem = judge_signal(stale, NOW, policy, curve, instances)
         assert problem is not None and problem.code == SIGNAL_STALE, i
-        assert f"{age:.0f} s old" in problem.message and f"P99 {obs.p_latency_ms:g} ms" in problem.message
+        newest = stale.window_end.strftime("%Y-%m-%dT%H:%M:%SZ")
+        assert newest in problem.message and f"P99 {obs.p_latency_ms:g} ms" in problem.message, problem.message
+        # At rest (the same frozen sample, a tick later) the message is the same: no status write for it.
+        later = judge_signal(stale, NOW + timedelta(seconds=policy.interval_seconds), policy, curve, instances)
+        assert later == problem, (problem.message, later)
 
 
 def test_negative_counts_and_times_are_implausible() -> None:
