@@ -36,7 +36,7 @@ from tailtune.operator.engine import (
 )
 from tailtune.operator.inforce import in_force as config_in_force
 from tailtune.operator.inforce import tuner_state
-from tailtune.operator.modelconfig import EngineIOUnknown, model_config_pbtxt
+from tailtune.operator.modelconfig import EngineIOUnknown, TensorMismatch, model_config_pbtxt
 from tailtune.operator.observed import ChildRejected, DeploymentObservation, EngineInfo, JobObservation, Observed
 from tailtune.operator.spec_checks import check_spec, describe_rejection, describe_validation_error
 from tailtune.triton.config import ConfigError
@@ -88,6 +88,10 @@ def desired_state(isvc: InferenceService, observed: Observed) -> Desired:
             rolling_basis = in_force if rolls else model_config_pbtxt(isvc, isvc.spec.serving.batching, info)
         except EngineIOUnknown as exc:
             problem = (st.ENGINE_IO_UNKNOWN, str(exc))
+            return Desired(objects, cache_key, applied, info, serving_problem=problem)
+        except TensorMismatch as exc:
+            # No Deployment: every pod would fail to load the model, and its ReplicaSet would spin.
+            problem = (st.TENSOR_MISMATCH, str(exc))
             return Desired(objects, cache_key, applied, info, serving_problem=problem)
         except ConfigError as exc:
             problem = (st.INVALID_MODEL_CONFIG, f"Triton model config: {exc}")

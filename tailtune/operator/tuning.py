@@ -38,7 +38,7 @@ from tailtune.operator import metrics
 from tailtune.operator.engine import build_curve, engine_cache_key, engine_info, io_known
 from tailtune.operator.inforce import in_force as config_in_force
 from tailtune.operator.inforce import in_force_annotation, tuner_state, tuner_state_annotation
-from tailtune.operator.modelconfig import model_config_json
+from tailtune.operator.modelconfig import TensorMismatch, model_config_json
 from tailtune.operator.observed import Observed
 from tailtune.operator.rollout import (
     CANARY_PROMOTED,
@@ -542,7 +542,11 @@ async def _apply_hot(
     loop = asyncio.get_running_loop()
 
     def reload(ip: str, batching: Batching) -> str:
-        report = hot_apply((ip,), model, model_config_json(isvc, batching, info))
+        try:
+            config = model_config_json(isvc, batching, info)
+        except TensorMismatch as exc:  # never load a config the engine refuses; the rollout fails with why
+            return str(exc)
+        report = hot_apply((ip,), model, config)
         metrics.CONFIG_RELOADS.labels(ns, name, "hot", "failed" if report.failures else "ok").inc()
         return report.failures.get(ip, "")
 

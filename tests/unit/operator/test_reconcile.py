@@ -231,8 +231,8 @@ def test_engine_ready_deletes_builds_of_earlier_specs_once() -> None:
 
 def test_a_job_gone_after_its_ttl_is_not_built_again() -> None:
     report = (
-        '{"inputs": [{"name": "x", "dataType": "TYPE_FP32", "dims": [3]}],'
-        ' "outputs": [{"name": "y", "dataType": "TYPE_FP32", "dims": [2]}]}'
+        '{"inputs": [{"name": "x", "dataType": "TYPE_FP32", "dims": [16]}],'
+        ' "outputs": [{"name": "y", "dataType": "TYPE_FP32", "dims": [4]}]}'
     )
     built = RecordingCluster(Observed(job=JobObservation(succeeded=True, message=report)))
     raw = make_isvc().dict()
@@ -254,3 +254,26 @@ def test_a_job_that_cannot_create_its_pod_says_why() -> None:
     message = next(c.message for c in status.conditions if c.type == "EngineReady")
     assert message == f"the build Job cannot create its pod: {quota}"
     assert _cond(status, "Ready") == ("False", "EngineBuildPodNotCreated")
+
+
+def test_declared_dims_the_engine_does_not_have_are_named_with_no_deployment_and_one_warning() -> None:
+    # The model has x [16]; the spec declares [17]: Triton would fail to load it in every pod.
+    report = (
+        '{"inputs": [{"name": "x", "dataType": "TYPE_FP32", "dims": [16]}],'
+        ' "outputs": [{"name": "y", "dataType": "TYPE_FP32", "dims": [4]}]}'
+    )
+    cluster = RecordingCluster(Observed(job=JobObservation(succeeded=True, message=report)))
+    raw = make_isvc().set("spec.model.inputs", [{"name": "x", "dataType": "TYPE_FP32", "dims": [17]}]).dict()
+    _run(raw, cluster)
+    assert cluster.applied == []  # no ConfigMap, Service or Deployment
+    status = cluster.statuses[-1]
+    assert _cond(status, "ServingReady") == ("False", "TensorMismatch")
+    assert _cond(status, "Ready") == ("False", "TensorMismatch")
+    message = next(c.message for c in status.conditions if c.type == "ServingReady")
+    assert "spec.model.inputs[0].dims" in message and "'x'" in message
+    assert "[17]" in message and "declare [16]" in message and "omit spec.model.inputs" in message
+    assert status.engine.inputs[0].dims == [16] and status.endpoints.http is None
+    assert cluster.events.count(("Warning", "TensorMismatch")) == 1
+    told = list(cluster.events)
+    _run(_with_status(raw, status), cluster)  # the mismatch stands: nothing applied, written or told again
+    assert cluster.applied == [] and len(cluster.statuses) == 1 and cluster.events == told
