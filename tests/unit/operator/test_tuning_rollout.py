@@ -224,6 +224,16 @@ def test_a_reload_triton_refuses_on_the_canary_is_rejected_in_the_same_tick(trit
     assert in_force(on_object(builder, cluster)).batching == OLD and record(cluster) is None
 
 
+def test_a_hot_reload_never_loads_declared_tensors_the_engine_disagrees_with(triton: FakeTriton) -> None:
+    # The pods serve the engine's x [16]; the spec is patched to declare [17]: no pod is sent that config.
+    builder = hot_isvc().set("spec.model.inputs", [{"name": "x", "dataType": "TYPE_FP32", "dims": [17]}])
+    cluster = FakeTunerCluster(SERVING)
+    done = tick(builder, cluster, FakePods(triton, {}), T0)
+    assert triton.reloads == [] and all(triton.batching(ip) == OLD for ip in IPS)
+    assert done.reason_code == CANARY_REJECTED and "spec.model.inputs[0].dims" in done.reason
+    assert in_force(on_object(builder, cluster)).batching == OLD and record(cluster) is None
+
+
 def test_a_restart_mid_rollout_resumes_without_a_second_canary(triton: FakeTriton) -> None:
     builder, first, target = started(triton)
     # A new operator (nothing in memory) reads the object with the rollout record 30 s into the window.
