@@ -566,13 +566,33 @@ def _capacity(sizes: tuple[int, ...], times: tuple[float, ...], max_batch: int, 
     return model_capacity(curve.ms, max_batch, delay_us)
 
 
+@functools.lru_cache(maxsize=8192)
+def _max_rate(
+    sizes: tuple[int, ...],
+    times: tuple[float, ...],
+    max_batch: int,
+    delay_us: int,
+    instances: int,
+    aim_ms: float,
+    percentile: float,
+    cap: float,
+) -> float:
+    """`model.max_rate` of a curve given by its points (memoized like `_capacity`: a tick asks the same candidates
+    of an unchanged curve for every plan and rule it weighs, and the next tick asks them again)."""
+    curve = Curve([CurvePoint(batch=b, ms=ms) for b, ms in zip(sizes, times, strict=True)])
+    return max_rate(curve.ms, max_batch, delay_us, instances, aim_ms, percentile, cap)
+
+
 def candidate(curve: Curve, max_batch: int, delay_us: int, policy: Policy, calibration: float) -> Candidate:
     """What the model says of one batching config for one replica."""
     t = curve.ms
     cap = _curve_capacity(curve, max_batch, delay_us)
+    points = (tuple(curve.sizes), tuple(curve.times))
     # Every target binds: the load a config carries is the least it carries within any of them.
     robust = min(
-        max_rate(t, max_batch, delay_us, policy.instances, policy.headroom * slo / max(calibration, 1e-6), pct, cap)
+        _max_rate(
+            *points, max_batch, delay_us, policy.instances, policy.headroom * slo / max(calibration, 1e-6), pct, cap
+        )
         for pct, slo in ((policy.percentile, policy.slo_ms), *policy.other_targets)
     )
     full = 1000.0 * max_batch / t(max_batch)
