@@ -99,8 +99,21 @@ class ModelSource(Model):
         str | None,
         Field(
             pattern=r"^[a-f0-9]{64}$",
-            description="Expected sha256 of the model file (lower-case hex). Verified by the build; also "
-            "keys the engine cache before the model is fetched.",
+            description="Pins the model file's bytes by their sha256 (lower-case hex), as a digest pins an image: "
+            "the build fails with DigestMismatch when spec.model.uri serves other bytes, and a new value builds "
+            "a new engine (it keys the engine cache). Without it the engine is built once from whatever bytes the "
+            "URI served (status.engine.modelDigest) and the URI is not read again.",
+        ),
+    ] = None
+    revision: Annotated[
+        str | None,
+        Field(
+            min_length=1,
+            max_length=128,
+            pattern=r"^\S+$",
+            description="Any label of the model's version (a date, a tag). It keys the engine cache, so a new value "
+            "builds the engine again from the bytes spec.model.uri serves now: set it after replacing the file "
+            "at the same URI.",
         ),
     ] = None
     name: Annotated[
@@ -562,6 +575,10 @@ class EngineStatus(Model):
     tensorrt_version: Annotated[str | None, Field(description="TensorRT version of the engine.")] = None
     gpu_product: Annotated[str | None, Field(description="GPU product the engine was built on.")] = None
     job_name: Annotated[str | None, Field(description="Build Job name.")] = None
+    model_digest: Annotated[
+        str | None,
+        Field(description="sha256:<hex> of the model bytes the engine was built from, as the build read them."),
+    ] = None
     engine_bytes: Annotated[
         int | None,
         Field(

@@ -86,7 +86,9 @@ class KeyInputs:
     """What makes a built engine valid, as whoever computes the key knows it.
 
     `calibration` names the int8 calibration cache (its sha256 where it was read, else its URI; "" for none);
-    `dim_ranges` maps (input, axis) to the (min, opt, max) of another dynamic dim.
+    `dim_ranges` maps (input, axis) to the (min, opt, max) of another dynamic dim; `model_revision` is the spec's
+    label of the model's version ("" for none: no flag, so keys made before it existed stay as they were), which
+    only the operator knows: a new one names a new entry, built from the bytes the URI serves then.
     """
 
     backend: str
@@ -100,6 +102,7 @@ class KeyInputs:
     workspace_mib: int = 4096
     opt_level: int = 3
     calibration: str = ""
+    model_revision: str = ""
     dim_ranges: Mapping[tuple[str, int], tuple[int, int, int]] = field(default_factory=dict)
 
 
@@ -111,6 +114,8 @@ def key_arguments(inputs: KeyInputs) -> dict[str, Any]:
     """
     on_gpu = inputs.backend == "tensorrt"
     flags: dict[str, FlagValue] = {"backend": inputs.backend, "model_name": inputs.model_name}
+    if inputs.model_revision:
+        flags["model_revision"] = inputs.model_revision
     if on_gpu:
         flags |= {"workspace_mib": inputs.workspace_mib, "opt_level": inputs.opt_level}
         if inputs.calibration:

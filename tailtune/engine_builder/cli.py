@@ -93,6 +93,7 @@ def build_report(metadata: Mapping[str, Any], summary: str) -> str:
         "tensorrtVersion": metadata.get("tensorrtVersion"),
         "gpuProduct": gpu.get("product"),
         "location": metadata.get("artifact"),
+        "modelDigest": metadata.get("modelDigest"),
         "inputs": tensors("inputs"),
         "outputs": tensors("outputs"),
     }

@@ -5,6 +5,7 @@ build reported (the engine's I/O, versions and service time), read from status o
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -21,13 +22,16 @@ from tailtune.engine_builder.cachekey import KeyInputs, engine_key
 from tailtune.operator.observed import EngineInfo, JobObservation
 from tailtune.tuner.servicetime import CurvePoint
 
+_MODEL_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
 
 def engine_cache_key(isvc: InferenceService) -> str:
     """The engine cache key in force: the build Job's name and the store entry's (`--cache-key`).
 
     `cachekey.engine_key` over what the operator knows before the build: the declared sha256 (else the
     URI), the builder image standing for the TensorRT version it pins, no compute capability (the GPU product
-    stands for it), and the calibration cache's URI. The builder records the measured values in the entry.
+    stands for it), the calibration cache's URI and `spec.model.revision` (a new one rebuilds from the bytes the
+    URI serves then). The builder records the measured values in the entry.
     """
     spec = isvc.spec
     engine = spec.engine
@@ -43,6 +47,7 @@ def engine_cache_key(isvc: InferenceService) -> str:
             workspace_mib=engine.workspace_mi_b,
             opt_level=engine.builder_optimization_level,
             calibration=engine.calibration_cache_uri or "",
+            model_revision=spec.model.revision or "",
         )
     )
 
@@ -83,6 +88,7 @@ def engine_status(cache_key: str, store_pvc: str, info: EngineInfo | None, previ
     return EngineStatus(
         cache_key=cache_key,
         job_name=cache_key,
+        model_digest=info.model_digest,
         location=info.location or f"pvc://{store_pvc}/{cache_key}",
         tensorrt_version=info.tensorrt_version,
         gpu_product=info.gpu_product,
@@ -141,6 +147,7 @@ def _recorded(cache_key: str, isvc: InferenceService) -> EngineInfo | None:
         tensorrt_version=previous.tensorrt_version,
         gpu_product=previous.gpu_product,
         location=previous.location,
+        model_digest=previous.model_digest,
         engine_bytes=previous.engine_bytes,
         inputs=tuple(previous.inputs),
         outputs=tuple(previous.outputs),
@@ -162,6 +169,7 @@ def parse_build_report(message: str) -> EngineInfo | None:
         tensorrt_version=report.get("tensorrtVersion"),
         gpu_product=report.get("gpuProduct"),
         location=report.get("location"),
+        model_digest=_digest(report.get("modelDigest")),
         engine_bytes=_size(report.get("engineBytes")),
         inputs=inputs,
         outputs=outputs,
@@ -172,6 +180,11 @@ def parse_build_report(message: str) -> EngineInfo | None:
 def _size(value: object) -> int | None:
     """The report's `engineBytes`, or None when absent or not a size (never fatal)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _digest(value: object) -> str | None:
+    """The report's `modelDigest` (`sha256:<hex>`), or None when absent or not one (never fatal)."""
+    return value if isinstance(value, str) and _MODEL_DIGEST.fullmatch(value) else None
 
 
 def _service_time(points: object) -> tuple[ServiceTimePoint, ...]:

@@ -25,6 +25,7 @@ class EngineInfo:
     tensorrt_version: str | None = None
     gpu_product: str | None = None
     location: str | None = None
+    model_digest: str | None = None  # sha256:<hex> of the model bytes the build read
     engine_bytes: int | None = None  # the engine file's size (a hot reload holds two copies)
     inputs: tuple[TensorSpec, ...] = ()
     outputs: tuple[TensorSpec, ...] = ()

@@ -18,7 +18,9 @@ from tailtune.api.v1alpha1 import (
     ServiceTimeStatus,
     TargetStatus,
 )
+from tailtune.engine_builder.errors import Failure
 from tailtune.operator.builders.common import service_name
+from tailtune.operator.builders.engine_job import FINISHED_JOB_TTL_S
 from tailtune.operator.observed import Observed
 from tailtune.tuner.judge import JUDGED
 from tailtune.tuner.law import SIGNAL_MISSING
@@ -53,6 +55,8 @@ SLO_INFEASIBLE = "SLOInfeasible"
 ALL_READY = "AllComponentsReady"
 CHILD_REJECTED = "ChildRejected"
 ENGINE_BUILD_POD_NOT_CREATED = "EngineBuildPodNotCreated"
+# The builder's reason for bytes other than spec.model.sha256 pins (the first word of its termination message).
+DIGEST_MISMATCH = Failure.DIGEST_MISMATCH.reason
 # A condition that is True and still a warning: its Event is a Warning, not Normal.
 WARNING_REASONS = frozenset({SERVING_DEGRADED})
 
@@ -103,18 +107,23 @@ def _cond(type_: str, ok: bool | None, reason: str, message: str) -> Condition:
     return Condition(type=type_, status=status, reason=reason, message=message)
 
 
-def compute_engine_condition(isvc: InferenceService, observed: Observed, rejected: str | None = None) -> Condition:
-    """EngineReady from the build Job (or the API server's refusal of it)."""
+def compute_engine_condition(
+    isvc: InferenceService, observed: Observed, rejected: str | None = None, engine: EngineStatus | None = None
+) -> Condition:
+    """EngineReady from the build Job (or the API server's refusal of it). `engine` is status.engine for this
+    reconcile: the built engine's message names the model digest it was built from, a failed one how to retry."""
     if rejected is not None:
         return _cond(ENGINE_READY, False, CHILD_REJECTED, rejected)
+    engine = engine or EngineStatus()
     job = observed.job
     if job is None:
         return _cond(ENGINE_READY, False, ENGINE_BUILD_PENDING, "engine build Job not created yet")
     if job.succeeded:
-        return _cond(ENGINE_READY, True, ENGINE_BUILT, "engine built and stored")
+        return _cond(ENGINE_READY, True, ENGINE_BUILT, built_message(isvc, engine))
     if job.failed:
         detail = job.message.strip() or "the build Job failed without a termination message"
-        return _cond(ENGINE_READY, False, ENGINE_BUILD_FAILED, f"engine build failed: {detail}")
+        message = f"engine build failed: {detail}; {retry_hint(isvc, engine, detail)}"
+        return _cond(ENGINE_READY, False, ENGINE_BUILD_FAILED, message)
     if job.not_created:
         message = f"the build Job cannot create its pod: {job.not_created}"
         return _cond(ENGINE_READY, False, ENGINE_BUILD_POD_NOT_CREATED, message)
@@ -122,6 +131,41 @@ def compute_engine_condition(isvc: InferenceService, observed: Observed, rejecte
         message = f"build pod cannot be scheduled: {unschedulable_cause(isvc, job.unschedulable, 'build pod')}"
         return _cond(ENGINE_READY, False, ENGINE_BUILD_UNSCHEDULABLE, message)
     return _cond(ENGINE_READY, False, ENGINE_BUILD_RUNNING, "engine build Job is running")
+
+
+def built_message(isvc: InferenceService, engine: EngineStatus) -> str:
+    """EngineBuilt's message: the model bytes the engine was built from, and, unpinned, how to rebuild from new ones.
+
+    Like an image tag, an unpinned spec.model.uri is read once: replacing the file there changes nothing until
+    spec.model.revision (or a spec.model.sha256 pin) names the new bytes."""
+    pinned = isvc.spec.model.sha256
+    digest = engine.model_digest or (f"sha256:{pinned}" if pinned else None)
+    built = f"engine built and stored, from model {digest}" if digest else "engine built and stored"
+    if pinned:
+        return f"{built} (pinned by spec.model.sha256)"
+    return (
+        f"{built}; spec.model.uri is not read again: after replacing the file there, set spec.model.revision to "
+        "a new value to rebuild from the new bytes (or pin them with spec.model.sha256)"
+    )
+
+
+def retry_hint(isvc: InferenceService, engine: EngineStatus, detail: str) -> str:
+    """How to build again after a failed build. The Job is named after the cache key, so while it stays the
+    operator never builds that key again (`ttlSecondsAfterFinished` removes it after a day, and then it does);
+    deleting it retries the same key, and a new pin or revision is a new key, built at once."""
+    job = f"kubectl delete job -n {isvc.metadata.namespace} {engine.job_name or '<status.engine.jobName>'}"
+    if detail.startswith(f"{DIGEST_MISMATCH}:"):
+        return (
+            "spec.model.uri serves other bytes than spec.model.sha256 pins: to build from them, set "
+            f"spec.model.sha256 to their digest; to keep the pinned model, restore the file, then `{job}`"
+        )
+    retry = (
+        f"fix the cause, then `{job}` to retry (the operator builds again at once; by itself only when the "
+        f"failed Job expires, {FINISHED_JOB_TTL_S // 3600} h after it ended)"
+    )
+    if isvc.spec.model.sha256:
+        return f"{retry}; a new model file needs its digest in spec.model.sha256, which starts a build by itself"
+    return f"{retry}; after replacing the file at spec.model.uri, setting spec.model.revision to a new value does too"
 
 
 def compute_serving_condition(
@@ -269,7 +313,7 @@ def compute_status(
 
     Endpoints are named only when the Service exists (`service_exists`: its apply went through).
     """
-    engine = compute_engine_condition(isvc, observed, engine_rejected)
+    engine = compute_engine_condition(isvc, observed, engine_rejected, engine_info)
     serving = compute_serving_condition(isvc, observed, engine.status == "True", serving_problem)
     slo = compute_slo_condition(isvc, latency)
     ready = compute_ready_condition(engine, serving)

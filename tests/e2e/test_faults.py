@@ -10,7 +10,9 @@ import contextlib
 import copy
 import json
 import os
+import re
 import secrets
+import shlex
 import subprocess
 import sys
 import threading
@@ -386,6 +388,73 @@ def test_two_services_with_one_model_build_apart_and_outlive_each_other(
     for type_ in ("EngineReady", "Ready"):
         assert condition(second, type_)["status"] == "True"  # type: ignore[index]
     assert cluster.get("deployment", "second-triton", namespace)["spec"]["replicas"] == 1
+
+
+# ------------------------------------------------------------------ the model's bytes (issue 40, item 5)
+
+
+def test_failed_build_is_retried_by_the_command_its_message_names(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    """A build that failed on a bad file is never retried on its own (the failed Job is the cache key's); once the
+    file is fixed, the command EngineBuildFailed names builds it again."""
+    engine_store(cluster, namespace)
+    doc = example("corrupt")
+    # On kwok the build pod fails with this annotation's words; dropping it is "fixing the file" (no new key).
+    doc["spec"]["engine"]["podAnnotations"] = {"kwok.tailtune.io/fail": "CorruptModel: model.onnx: truncated"}
+    doc["spec"]["engine"]["backoffLimit"] = 0
+    cluster.apply(doc, namespace=namespace)
+    c = wait_condition(cluster, operator, namespace, "corrupt", "EngineReady", "False", "EngineBuildFailed")
+    command = re.search(r"`(kubectl delete job [^`]+)`", c["message"])
+    assert command is not None, c["message"]
+    [job] = jobs(cluster, namespace)
+    assert shlex.split(command.group(1)) == ["kubectl", "delete", "job", "-n", namespace, job["metadata"]["name"]]
+
+    cluster.kubectl("patch", "tis", "corrupt", "-n", namespace, "--type=merge", "-p",
+                    '{"spec": {"engine": {"podAnnotations": null}}}')  # fmt: skip
+    time.sleep(3)
+    tis = cluster.get("tis", "corrupt", namespace)
+    assert condition(tis, "EngineReady")["reason"] == "EngineBuildFailed"  # type: ignore[index]
+    start = time.monotonic()
+    cluster.kubectl(*shlex.split(command.group(1))[1:])
+    wait_condition(cluster, operator, namespace, "corrupt", "Ready", "True", timeout_s=90)
+    print(f"failed build retried as told: Ready {time.monotonic() - start:.1f} s after the command")
+    assert [j["metadata"]["name"] for j in jobs(cluster, namespace)] == [job["metadata"]["name"]]
+
+
+def test_model_replaced_at_the_same_uri_is_rebuilt_on_a_new_revision(
+    cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    """EngineBuilt says the URI is not read again and how to rebuild; a new spec.model.revision builds a new engine
+    (a new cache key: a store entry of the old bytes is no hit) and serves it."""
+    engine_store(cluster, namespace)
+    doc = example()
+    del doc["spec"]["model"]["sha256"]  # unpinned: whatever bytes the URI serves
+    cluster.apply(doc, namespace=namespace)
+    built = wait_condition(cluster, operator, namespace, "resnet50", "EngineReady", "True")
+    assert "spec.model.revision" in built["message"], built["message"]
+    wait_condition(cluster, operator, namespace, "resnet50", "Ready", "True")
+    old = cluster.get("tis", "resnet50", namespace)["status"]["engine"]["cacheKey"]
+    cluster.kubectl("patch", "tis", "resnet50", "-n", namespace, "--type=merge", "-p",
+                    '{"spec": {"model": {"revision": "2026-01-05"}}}')  # fmt: skip
+
+    def rebuilt() -> str | None:
+        tis = cluster.get("tis", "resnet50", namespace)
+        key: str = tis["status"]["engine"]["cacheKey"]
+        ready = condition(tis, "Ready")
+        return key if key != old and ready and ready["status"] == "True" else None
+
+    key = cluster.wait_for("Ready on the engine of the new revision", rebuilt, 90)
+    dep = cluster.get("deployment", "resnet50-triton", namespace)
+    assert dep["spec"]["template"]["metadata"]["annotations"]["tailtune.io/engine-key"] == key
+
+    # Each build is told by its own Events: the engine of the first revision, then the rebuild and its engine.
+    def told() -> list[str] | None:
+        said = [e["reason"] for e in events(cluster, namespace, "resnet50") if e["reason"].startswith("EngineBuil")]
+        return said if said.count("EngineBuilt") == 2 else None
+
+    said = cluster.wait_for("an EngineBuilt Event per build", told, 10)
+    assert said.count("EngineBuildRunning") == 2, said
 
 
 # ---------------------------------------------------------------------------------- operator restarts
