@@ -52,6 +52,8 @@ class State:
         self.batch_stats: dict[tuple[str, str], BatchStatsReader] = {}
         # Objects whose tuner tick is running: never two at once for one object.
         self.ticking: set[tuple[str, str]] = set()
+        # Set by a change of the spec: the object's tuner ticks at once (new bounds may forbid what the pods run).
+        self.wake: defaultdict[tuple[str, str], asyncio.Event] = defaultdict(asyncio.Event)
 
 
 def _state(memo: Any) -> State:
@@ -152,6 +154,7 @@ async def on_change(namespace: str | None, name: str, body: kopf.Body, memo: Any
     """
     try:
         await run_reconcile(memo, namespace or "default", name, body=dict(body))
+        _state(memo).wake[(namespace or "default", name)].set()
     except ApiException as exc:
         delay = min(RETRY_MAX_SECONDS, 10.0 * 2**retry)
         raise kopf.TemporaryError(f"{namespace}/{name}: API server: {exc.status} {exc.reason}", delay=delay) from exc
@@ -294,6 +297,7 @@ def retry_delay(failures: int, interval: float) -> float:
 async def tuner(namespace: str | None, name: str, memo: Any, stopped: kopf.DaemonStopped, **_: Any) -> None:
     """The SLO tuner of one InferenceService: every `tuning.intervalSeconds`, read Prometheus, decide, apply."""
     interval, failures = float(Tuning().interval_seconds), 0
+    wake = _state(memo).wake[(namespace or "default", name)]
     while not stopped:
         try:
             interval = await tuner_tick(_state(memo), namespace or "default", name)
@@ -308,4 +312,16 @@ async def tuner(namespace: str | None, name: str, memo: Any, stopped: kopf.Daemo
             log.exception("tuner %s/%s: tick failed", namespace, name)
             failures += 1
             delay = retry_delay(failures, min(interval, RESYNC_SECONDS))
-        await stopped.wait(delay)
+        await next_tick(stopped, wake, delay)
+
+
+async def next_tick(stopped: kopf.DaemonStopped, wake: asyncio.Event, seconds: float) -> None:
+    """Wait `seconds`, or less when the daemon stops (`stopped`, kopf's flag) or the spec changed (`wake`): a spec
+    change that forbids what the pods run is acted on at once, not an interval later."""
+    woken, stop = asyncio.ensure_future(wake.wait()), asyncio.ensure_future(stopped.wait(seconds))
+    try:
+        await asyncio.wait((woken, stop), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        woken.cancel()
+        stop.cancel()
+    wake.clear()

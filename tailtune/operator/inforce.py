@@ -4,6 +4,7 @@ tuner's memory (`tailtune.io/tuner-state`), each parsed here and nowhere else. P
 The model is `tailtune.tuner.types.InForce` (batching, replicas, when and why it last changed, whether a
 failed hot reload rolled the pods). The tuner decides from it and returns the next one; reconcile renders
 the ConfigMap, scales the Deployment and fills `status.batching` from it. Nothing else keeps these facts.
+A recorded config the spec no longer allows is clamped to the new bounds field by field (`clamp_to_spec`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 from pydantic import ValidationError
 
 from tailtune.api.keys import APPLIED_ANNOTATION, TUNER_STATE_ANNOTATION
-from tailtune.api.v1alpha1 import InferenceService
+from tailtune.api.v1alpha1 import Batching, InferenceService
 from tailtune.tuner.types import InForce, TunerState
 
 
@@ -24,23 +25,75 @@ def spec_start(isvc: InferenceService) -> InForce:
     return InForce(batching=spec.serving.batching, replicas=replicas)
 
 
-def in_force(isvc: InferenceService) -> InForce:
-    """The config in force: the tuner's, when it fits the current spec, else the spec's starting point."""
-    start = spec_start(isvc)
-    spec = isvc.spec
+def recorded(isvc: InferenceService) -> InForce | None:
+    """The config in force as the tuner recorded it, before any clamp; None: none, or tuning is off."""
     raw = isvc.metadata.annotations.get(APPLIED_ANNOTATION)
-    if not raw or not spec.tuning.enabled:
-        return start
+    if not raw or not isvc.spec.tuning.enabled:
+        return None
     try:
-        kept = InForce.from_annotation(raw)
+        return InForce.from_annotation(raw)
     except ValueError:
-        return start
-    bounds = spec.tuning.max_batch_size
-    fits = (
-        bounds.min <= kept.batching.max_batch_size <= min(bounds.max, spec.engine.optimization_profile.max)
-        and spec.serving.replicas.min <= kept.replicas <= spec.serving.replicas.max
-    )
-    return kept if fits else start
+        return None
+
+
+def in_force(isvc: InferenceService) -> InForce:
+    """The config in force: the tuner's, clamped to the current spec field by field (a spec change never sends it
+    back to the spec's start, nor the replicas to their minimum); the spec's start when the tuner has none."""
+    kept = recorded(isvc)
+    if kept is None:
+        return spec_start(isvc)
+    clamped, notes = clamp_to_spec(kept, isvc)
+    if not notes:
+        return kept
+    return clamped.model_copy(update={"reason": clamp_message(notes)})
+
+
+def clamp_to_spec(config: InForce, isvc: InferenceService) -> tuple[InForce, tuple[str, ...]]:
+    """`config` with each field the spec now forbids moved to its nearest bound, and one note per field moved
+    (`maxBatchSize 8 -> 4 (tuning.maxBatchSize.max 4)`). Pure."""
+    batching, notes = clamp_batching(config.batching, isvc)
+    spec = isvc.spec.serving.replicas
+    lo, hi = min(max(spec.min, 1), spec.max), spec.max
+    replicas = min(max(config.replicas, lo), hi)
+    if replicas != config.replicas:
+        bound = f"serving.replicas.min {spec.min}" if config.replicas < lo else f"serving.replicas.max {hi}"
+        notes += (f"replicas {config.replicas} -> {replicas} ({bound})",)
+    return config.model_copy(update={"batching": batching, "replicas": replicas}), notes
+
+
+def clamp_batching(b: Batching, isvc: InferenceService) -> tuple[Batching, tuple[str, ...]]:
+    """`b` within the spec's tuning bounds, field by field, with a note per field moved. Pure."""
+    tuning, engine_max = isvc.spec.tuning, isvc.spec.engine.optimization_profile.max
+    notes: list[str] = []
+    hi = max(1, min(tuning.max_batch_size.max, engine_max))
+    lo = max(1, min(tuning.max_batch_size.min, hi))
+    size = min(max(b.max_batch_size, lo), hi)
+    if size != b.max_batch_size:
+        if b.max_batch_size < lo:
+            bound = f"tuning.maxBatchSize.min {tuning.max_batch_size.min}"
+        elif hi < tuning.max_batch_size.max:
+            bound = f"engine.optimizationProfile.max {engine_max}"
+        else:
+            bound = f"tuning.maxBatchSize.max {tuning.max_batch_size.max}"
+        notes.append(f"maxBatchSize {b.max_batch_size} -> {size} ({bound})")
+    preferred = [s for s in b.preferred_batch_sizes if s <= size]
+    if preferred != b.preferred_batch_sizes:
+        notes.append(f"preferredBatchSizes {b.preferred_batch_sizes} -> {preferred} (each <= maxBatchSize {size})")
+    bounds = tuning.queue_delay_microseconds
+    delay = min(max(b.max_queue_delay_microseconds, bounds.min), bounds.max)
+    if delay != b.max_queue_delay_microseconds:
+        edge = f"min {bounds.min}" if delay == bounds.min else f"max {bounds.max}"
+        was = b.max_queue_delay_microseconds
+        notes.append(f"maxQueueDelayMicroseconds {was} -> {delay} (tuning.queueDelayMicroseconds.{edge})")
+    if not notes:
+        return b, ()
+    update = {"max_batch_size": size, "preferred_batch_sizes": preferred, "max_queue_delay_microseconds": delay}
+    return b.model_copy(update=update), tuple(notes)
+
+
+def clamp_message(notes: tuple[str, ...]) -> str:
+    """The reason a clamped config in force carries: every field moved and the bound that moved it."""
+    return "clamped to the spec's bounds: " + "; ".join(notes)
 
 
 def in_force_annotation(config: InForce) -> dict[str, str]:

@@ -35,11 +35,12 @@ from tailtune.api.v1alpha1 import (
     TargetStatus,
 )
 from tailtune.operator import metrics
+from tailtune.operator.conform import SpecConform, conform_reloads, decide_conform
 from tailtune.operator.engine import build_curve, engine_cache_key, engine_info, io_known
 from tailtune.operator.inforce import in_force as config_in_force
 from tailtune.operator.inforce import in_force_annotation, tuner_state, tuner_state_annotation
 from tailtune.operator.modelconfig import TensorMismatch, model_config_json
-from tailtune.operator.observed import Observed
+from tailtune.operator.observed import EngineInfo, Observed
 from tailtune.operator.rollout import (
     CANARY_PROMOTED,
     CANARY_REJECTED,
@@ -407,7 +408,14 @@ async def tune_step(
         }
     )
     read = judge_read(read, isvc, observation, now)
-    if read.signal is not None and read.problem:
+    rollout = RolloutState.from_annotations(isvc.metadata.annotations) if isvc.spec.tuning.mode == "hot" else None
+    # A spec change the config in force or the rollout in flight no longer fits: the pods conform first, and the law
+    # plans within the new bounds from the next window.
+    conform = decide_conform(isvc, rollout, now)
+    if conform is not None:
+        decision = hold(state, applied, conform.code, conform.message)
+        new_state = decision.state
+    elif read.signal is not None and read.problem:
         # A window judged unusable (clocks, stale data, impossible figures) is never acted on; status says why.
         log.warning("%s/%s: %s: %s", isvc.metadata.namespace, isvc.metadata.name, read.problem, read.message)
         decision = judged_hold(state, applied, observation, read)
@@ -421,8 +429,11 @@ async def tune_step(
             tune_once, _Window(observation), deferred, deferred, state, applied, policy, now
         )
     annotations: dict[str, str] = {}
-    rollout = RolloutState.from_annotations(isvc.metadata.annotations) if isvc.spec.tuning.mode == "hot" else None
-    if rollout is not None or (decision.changed and isvc.spec.tuning.mode == "hot"):
+    if conform is not None:
+        hot = await _apply_conform(isvc, cluster, conform, decision)
+        new_state, decision = hot.decision.state, hot.decision
+        annotations |= hot.annotations
+    elif rollout is not None or (decision.changed and isvc.spec.tuning.mode == "hot"):
         # A rollout in flight is finished before the law changes anything again.
         hot = await _apply_hot(isvc, cluster, decision, applied, state, rollout, pods, now)
         new_state, decision = hot.decision.state, hot.decision
@@ -542,13 +553,7 @@ async def _apply_hot(
     loop = asyncio.get_running_loop()
 
     def reload(ip: str, batching: Batching) -> str:
-        try:
-            config = model_config_json(isvc, batching, info)
-        except TensorMismatch as exc:  # never load a config the engine refuses; the rollout fails with why
-            return str(exc)
-        report = hot_apply((ip,), model, config)
-        metrics.CONFIG_RELOADS.labels(ns, name, "hot", "failed" if report.failures else "ok").inc()
-        return report.failures.get(ip, "")
+        return reload_pod(isvc, info, ip, batching)
 
     def keep(record: RolloutState) -> None:  # the record goes on the object before its reloads
         patch = cluster.patch_annotations(isvc.metadata, {**annotations, **record.to_annotation()})
@@ -562,6 +567,46 @@ async def _apply_hot(
     if outcome.changed:
         annotations |= in_force_annotation(outcome.in_force)
     return _HotOutcome(outcome, annotations)
+
+
+def reload_pod(isvc: InferenceService, info: EngineInfo | None, ip: str, batching: Batching) -> str:
+    """Hot-reload one pod with `batching`; "" or why it failed. Blocking."""
+    try:
+        config = model_config_json(isvc, batching, info)
+    except TensorMismatch as exc:  # never load a config the engine refuses; the caller fails with why
+        return str(exc)
+    report = hot_apply((ip,), isvc.model_name, config)
+    outcome = "failed" if report.failures else "ok"
+    metrics.CONFIG_RELOADS.labels(isvc.metadata.namespace, isvc.metadata.name, "hot", outcome).inc()
+    return report.failures.get(ip, "")
+
+
+async def _apply_conform(
+    isvc: InferenceService, cluster: TunerCluster, conform: SpecConform, held: Decision
+) -> _HotOutcome:
+    """A spec change conformed to: in hot mode every ready pod on another batching is reloaded to the clamped one now
+    (a reload that fails rolls the pods instead); the clamped config goes in force, the rollout it aborts ends, and
+    one Event names each field moved. Rolling mode only records: reconcile rolls the pods."""
+    in_force, message = conform.in_force, conform.message
+    annotations = {ROLLOUT_ANNOTATION: ""} if conform.aborted is not None else {}
+    kind = "Normal"
+    if conform.reload and isvc.spec.tuning.mode == "hot" and not in_force.rolled:
+        key = engine_cache_key(isvc)
+        observed = await cluster.observe(isvc, key, job_report=not io_known(isvc, key), pod_ips=True)
+        info = engine_info(isvc, key, observed.job)
+        ips = observed.deployment.ready_pod_ips if observed.deployment else ()
+        pods = await asyncio.to_thread(observe_pods, ips, isvc.model_name, {}, float(isvc.spec.slo.window_seconds))
+        failures: dict[str, str] = {}
+        for ip, batching in conform_reloads(pods, in_force.batching):
+            if err := await asyncio.to_thread(reload_pod, isvc, info, ip, batching):
+                failures[ip] = err
+        if failures:
+            message += f"; the reload failed on {', '.join(sorted(failures))}: rolling the pods instead"
+            in_force, kind = in_force.model_copy(update={"rolled": True}), "Warning"
+    in_force = in_force.model_copy(update={"reason": message})
+    await cluster.emit_event(isvc.metadata, kind, conform.code, message)
+    decision = Decision(action="change", in_force=in_force, reason=message, reason_code=conform.code, state=held.state)
+    return _HotOutcome(decision, annotations | in_force_annotation(in_force))
 
 
 async def _ended(

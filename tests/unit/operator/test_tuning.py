@@ -125,16 +125,16 @@ def test_rolling_mode_records_without_touching_pods() -> None:
     assert ("Normal", decision.reason_code) in cluster.events
 
 
-def test_the_config_in_force_has_one_home_and_falls_back_to_the_spec() -> None:
+def test_the_config_in_force_has_one_home_clamped_to_the_spec() -> None:
     isvc = make_isvc().obj()
     assert in_force(isvc).batching == isvc.spec.serving.batching  # no annotation: the spec's start
     kept = InForce(batching=Batching(max_batch_size=4), replicas=1, changed_at=NOW, reason="tuned")
     tuned = make_isvc().annotate(APPLIED_ANNOTATION, in_force_annotation(kept)[APPLIED_ANNOTATION]).obj()
     assert in_force(tuned) == kept
-    # A config the spec no longer allows (max batch above the engine's profile) is not kept.
+    # A config the spec no longer allows (max batch above the engine's profile) is clamped to it, not dropped.
     too_big = kept.model_copy(update={"batching": Batching(max_batch_size=4096)})
     moved = make_isvc().annotate(APPLIED_ANNOTATION, too_big.to_annotation()).obj()
-    assert in_force(moved).batching == moved.spec.serving.batching
+    assert in_force(moved).batching == Batching(max_batch_size=moved.spec.engine.optimization_profile.max)
     broken = make_isvc().annotate(APPLIED_ANNOTATION, "{not json").obj()
     assert in_force(broken).batching == broken.spec.serving.batching
     # The tuner state holds no config: it survives a config change, and a broken one starts fresh.
