@@ -625,6 +625,24 @@ class BatchingStatus(Model):
     reason: Annotated[str | None, Field(description="Why.")] = None
 
 
+class RolloutStatus(Model):
+    """A batching rollout in flight: the canary pod runs this config while the other pods run `status.batching`."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+    canary: Annotated[str | None, Field(description="The canary pod's IP.")] = None
+    stage: Annotated[
+        str | None, Field(description="canary (judged over its window), promoting (to the other pods) or rolling-back.")
+    ] = None
+    max_batch_size: Annotated[int | None, Field(description="Triton max_batch_size the canary runs.")] = None
+    preferred_batch_sizes: Annotated[list[int], Field(description="Preferred sizes the canary runs.")] = Field(
+        default_factory=list
+    )
+    max_queue_delay_microseconds: Annotated[int | None, Field(description="Queue delay the canary runs.")] = None
+    since: Annotated[str | None, Field(description="When the canary took this config.")] = None
+    reason: Annotated[str | None, Field(description="Why the tuner tries it.")] = None
+
+
 class TargetStatus(Model):
     """One latency target against its observed value over the window."""
 
@@ -764,6 +782,10 @@ class InferenceServiceStatus(Model):
     endpoints: Annotated[Endpoints, Field(description="Endpoints.")] = Endpoints()
     replicas: Annotated[ReplicaStatus, Field(description="Replicas.")] = ReplicaStatus()
     batching: Annotated[BatchingStatus, Field(description="Batching in force.")] = BatchingStatus()
+    rollout: Annotated[
+        RolloutStatus,
+        Field(description="The batching rollout in flight: the canary and the config it runs (empty: none)."),
+    ] = RolloutStatus()
     latency: Annotated[LatencyStatus, Field(description="Latency signal.")] = LatencyStatus()
     service_time: Annotated[ServiceTimeStatus, Field(description="Measured service-time curve t(b).")] = (
         ServiceTimeStatus()

@@ -18,7 +18,7 @@ from tailtune.api.keys import LAST_HANDLED_KEY, MANAGED_BY, MANAGED_BY_LABEL, PR
 from tailtune.api.v1alpha1 import Tuning
 from tailtune.operator import metrics
 from tailtune.operator.kube import API_CONCURRENCY, ApiException, KubeCluster, load_config
-from tailtune.operator.reconcile import Outcome, reconcile
+from tailtune.operator.reconcile import Outcome, reconcile, rollout_status
 from tailtune.operator.status import (
     ENGINE_BUILD_FAILED,
     ENGINE_BUILD_POD_NOT_CREATED,
@@ -274,10 +274,15 @@ async def tuner_tick(state: State, namespace: str, name: str) -> float:
             if decision is not None and changed:
                 log.info("%s/%s tuner: %s", namespace, name, decision.reason)
             # Reconcile now when the tuner changed the config (ConfigMap, replicas: kopf does not react to our
-            # own annotations) or when the new latency moves SLOMet (status, which reconcile writes).
+            # own annotations), when the new latency moves SLOMet, or a rollout moves status.rollout (status,
+            # which reconcile writes).
             fresh = await state.cluster.read_isvc(namespace, name)
             fresh_isvc = parse_isvc(fresh) if fresh else None
-            if fresh and fresh_isvc and (changed or slo_condition_moved(fresh_isvc, fresh_isvc.status.latency)):
+            status_moves = fresh_isvc is not None and (
+                slo_condition_moved(fresh_isvc, fresh_isvc.status.latency)
+                or rollout_status(fresh_isvc) != fresh_isvc.status.rollout
+            )
+            if fresh and fresh_isvc and (changed or status_moves):
                 record_outcome(namespace, name, await reconcile(fresh, state.cluster, now))
     finally:
         state.ticking.discard(key)

@@ -16,6 +16,7 @@ from tailtune.api.v1alpha1 import (
     InferenceService,
     InferenceServiceStatus,
     ObjectMeta,
+    RolloutStatus,
 )
 from tailtune.operator import status as st
 from tailtune.operator.builders.common import Manifest
@@ -38,6 +39,7 @@ from tailtune.operator.inforce import in_force as config_in_force
 from tailtune.operator.inforce import tuner_state
 from tailtune.operator.modelconfig import EngineIOUnknown, TensorMismatch, model_config_pbtxt
 from tailtune.operator.observed import ChildRejected, DeploymentObservation, EngineInfo, JobObservation, Observed
+from tailtune.operator.rollout import RolloutState
 from tailtune.operator.spec_checks import check_spec, describe_rejection, describe_validation_error
 from tailtune.triton.config import ConfigError
 from tailtune.tuner.types import InForce
@@ -123,6 +125,22 @@ def batching_status(applied: InForce) -> BatchingStatus:
     )
 
 
+def rollout_status(isvc: InferenceService) -> RolloutStatus:
+    """status.rollout from the rollout record: the canary and the config it runs (empty without one)."""
+    r = RolloutState.from_annotations(isvc.metadata.annotations) if isvc.spec.tuning.mode == "hot" else None
+    if r is None or not isvc.spec.tuning.enabled:
+        return RolloutStatus()
+    return RolloutStatus(
+        canary=r.canary,
+        stage=r.stage,
+        max_batch_size=r.target.max_batch_size,
+        preferred_batch_sizes=list(r.target.preferred_batch_sizes),
+        max_queue_delay_microseconds=r.target.max_queue_delay_microseconds,
+        since=r.since.strftime("%Y-%m-%dT%H:%M:%SZ") if r.since else None,
+        reason=r.reason or None,
+    )
+
+
 def transitions(old: list[Condition], new: list[Condition]) -> list[Condition]:
     """Conditions whose status or reason changed: each becomes an Event."""
     before = {c.type: (c.status, c.reason) for c in old}
@@ -204,6 +222,7 @@ async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime, *,
         observed,
         engine_info=engine_status(desired.cache_key, store, desired.engine_info, isvc.status.engine),
         batching=batching_status(desired.applied),
+        rollout=rollout_status(isvc),
         desired_replicas=desired.applied.replicas,
         latency=isvc.status.latency,
         service_time=service_time_status(

@@ -15,6 +15,7 @@ from tailtune.api.v1alpha1 import (
     InferenceServiceStatus,
     LatencyStatus,
     ReplicaStatus,
+    RolloutStatus,
     ServiceTimeStatus,
     TargetStatus,
 )
@@ -308,6 +309,7 @@ def compute_status(
     serving_problem: tuple[str, str] | None = None,
     engine_rejected: str | None = None,
     service_exists: bool = False,
+    rollout: RolloutStatus | None = None,
 ) -> InferenceServiceStatus:
     """The whole status for one reconcile, written once by the caller.
 
@@ -332,6 +334,7 @@ def compute_status(
         ),
         replicas=ReplicaStatus(desired=desired_replicas, ready=dep.ready_replicas if dep else 0),
         batching=batching,
+        rollout=rollout or RolloutStatus(),
         latency=latency,
         service_time=isvc.status.service_time if service_time is None else service_time,
     )

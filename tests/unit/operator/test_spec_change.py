@@ -22,7 +22,7 @@ from tailtune.operator import handlers, tuning
 from tailtune.operator.conform import CONFIG_CLAMPED, ROLLOUT_ABORTED
 from tailtune.operator.inforce import clamp_to_spec, in_force
 from tailtune.operator.modelconfig import model_config_json
-from tailtune.operator.reconcile import batching_status
+from tailtune.operator.reconcile import batching_status, rollout_status
 from tailtune.operator.rollout import CANARY_PROMOTED, CANARY_STARTED, RolloutState
 from tailtune.tuner.types import InForce
 from tests.unit.factories import make_isvc
@@ -127,6 +127,19 @@ def test_a_canary_whose_target_the_spec_now_forbids_is_aborted_and_never_promote
     # The law planned again within them: a new canary, at the new bound, promoted to every pod.
     assert [r for _, r in cluster.events] == [CANARY_STARTED, ROLLOUT_ABORTED, CANARY_STARTED, CANARY_PROMOTED]
     assert in_force(on_object(builder, cluster)).batching.max_batch_size == 4
+
+
+def test_status_shows_what_each_pod_runs_while_a_canary_runs_another_config(triton: FakeTriton) -> None:
+    builder, cluster, target = started(triton)  # the canary runs the target, the other pods max batch 1
+    isvc = on_object(builder, cluster)
+    assert batching_status(in_force(isvc)).max_batch_size == 1  # the majority
+    canary = rollout_status(isvc)
+    assert (canary.canary, canary.stage, canary.max_batch_size) == ("10.0.0.1", "canary", target.max_batch_size)
+    assert canary.since == "2026-01-01T12:00:00Z" and canary.reason
+    # Aborted by a spec change: every pod runs status.batching again, and status.rollout is empty.
+    builder.set("spec.tuning.maxBatchSize", {"min": 1, "max": 4})
+    tick(builder, cluster, FakePods(triton, {}), T0 + timedelta(seconds=30))
+    assert rollout_status(on_object(builder, cluster)).canary is None
 
 
 def test_bounds_patched_mid_canary_keep_the_replicas_and_bring_every_pod_within_them(triton: FakeTriton) -> None:
