@@ -25,6 +25,8 @@ from tailtune.operator.status import (
     ENGINE_BUILD_RUNNING,
     ENGINE_BUILT,
     ENGINE_READY,
+    SERVING_READY,
+    SERVING_WATCHED,
 )
 from tailtune.operator.tuning import parse_isvc, read_latency, slo_condition_moved, tune_step
 from tailtune.triton.stats import BatchStatsReader
@@ -39,6 +41,9 @@ RETRY_MAX_SECONDS = 300.0
 # While a build runs, its Job may fail to create its pod (quota, admission) without a change of the Job to
 # react to: look this often, so the status says so within seconds instead of at the resync.
 BUILD_CHECK_SECONDS = 10.0
+# While the Triton pods do not all serve, a container that exits or a pod evicted moves nothing we watch (the
+# Deployment's status stays the same): look this often, so ServingReady names Triton's words within a minute.
+SERVING_CHECK_SECONDS = 10.0
 SERVING_CHILD_RESOURCES = ("configmaps", "services")  # watched for drift when the credentials allow it
 
 
@@ -181,6 +186,23 @@ async def build_check(namespace: str | None, name: str, memo: Any, **_: Any) -> 
         await run_reconcile(memo, namespace or "default", name)
     except ApiException as exc:
         log.warning("build check %s/%s: %s %s", namespace, name, exc.status, exc.reason)
+
+
+def _serving_watched(status: kopf.Status, **_: Any) -> bool:
+    return any(
+        c.get("type") == SERVING_READY and c.get("reason") in SERVING_WATCHED for c in status.get("conditions", [])
+    )
+
+
+@kopf.timer(
+    GROUP, VERSION, PLURAL, interval=SERVING_CHECK_SECONDS, initial_delay=SERVING_CHECK_SECONDS, when=_serving_watched
+)
+async def serving_check(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+    """While the Triton pods do not all serve: what their containers and pods say now (exits, evictions)."""
+    try:
+        await run_reconcile(memo, namespace or "default", name)
+    except ApiException as exc:
+        log.warning("serving check %s/%s: %s %s", namespace, name, exc.status, exc.reason)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=CHILD_LABELS)

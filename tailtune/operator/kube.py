@@ -23,6 +23,7 @@ from tailtune.operator.builders.common import Manifest, deployment_name, selecto
 from tailtune.operator.builders.engine_job import ENGINE_BUILD
 from tailtune.operator.builders.triton import COMPONENT
 from tailtune.operator.observed import ChildRejected, DeploymentObservation, JobObservation, Observed
+from tailtune.operator.pods import summarise_triton_pods, termination_message, unschedulable
 
 __all__ = ["ApiException", "ChildRejected", "KubeCluster", "load_config"]
 
@@ -114,16 +115,17 @@ class KubeCluster:
         if succeeded and not job_report:
             return JobObservation(succeeded=True)
         pods = self.core.list_namespaced_pod(ns, label_selector=f"{JOB_NAME_LABEL}={name}").items
-        message, unschedulable = "", ""
+        message, unplaced = "", ""
         for pod in sorted(pods, key=lambda p: p.metadata.creation_timestamp or datetime.min.replace(tzinfo=UTC)):
-            message = _termination_message(pod) or message
-            unschedulable = _unschedulable(pod) or unschedulable
+            said = self.api.sanitize_for_serialization(pod)
+            message = termination_message(said) or message
+            unplaced = unschedulable(said) or unplaced
         if failed and not message:
             message = next((c.message or "" for c in st.conditions or [] if c.type == "Failed"), "")
         running = not (succeeded or failed)
         return JobObservation(
             succeeded=succeeded, failed=failed, message=message,
-            unschedulable=unschedulable if running else "",
+            unschedulable=unplaced if running else "",
             not_created=self._failed_create(ns, name) if running and not pods else "",
         )  # fmt: skip
 
@@ -150,25 +152,22 @@ class KubeCluster:
                 return None
             raise
         st = dep.status
-        all_ready = (st.ready_replicas or 0) >= (dep.spec.replicas or 0)
+        ready = st.ready_replicas or 0
+        # A rollout's new pod that is not ready counts in status.replicas, not in spec.replicas: look at it too.
+        all_ready = ready >= max(dep.spec.replicas or 0, st.replicas or 0)
         sel = ",".join(f"{k}={v}" for k, v in selector(isvc, COMPONENT).items())
         pods = [] if all_ready and not pod_ips else self.core.list_namespaced_pod(ns, label_selector=sel).items
-        ready_ips, unschedulable, not_ready = [], "", ""
-        for pod in pods:
-            if pod.metadata.deletion_timestamp:
-                continue
-            if _pod_ready(pod) and pod.status.pod_ip:
-                ready_ips.append(pod.status.pod_ip)
-                continue
-            unschedulable = _unschedulable(pod) or unschedulable
-            not_ready = _not_ready_reason(pod) or not_ready
+        pods_said = summarise_triton_pods([self.api.sanitize_for_serialization(p) for p in pods])
         return DeploymentObservation(
             replicas=dep.spec.replicas or 0,
-            ready_replicas=st.ready_replicas or 0,
-            unschedulable=unschedulable,
-            not_ready_reason=not_ready,
+            ready_replicas=ready,
+            unschedulable=pods_said.unschedulable,
+            not_ready_reason=pods_said.not_ready,
             replica_failure=_replica_failure(dep),
-            ready_pod_ips=tuple(sorted(ready_ips)),
+            failing=pods_said.failing,
+            failed=pods_said.failed,
+            model_load_failed=pods_said.model_load_failed,
+            ready_pod_ips=pods_said.ready_ips,
             desired_hash=(dep.metadata.annotations or {}).get(DESIRED_HASH_ANNOTATION, ""),
         )
 
@@ -343,34 +342,4 @@ def _replica_failure(dep: Any) -> str:
     for c in dep.status.conditions or []:
         if c.type == "ReplicaFailure" and c.status == "True":
             return str(c.message or c.reason or "FailedCreate")
-    return ""
-
-
-def _termination_message(pod: Any) -> str:
-    for cs in pod.status.container_statuses or []:
-        for state in (cs.state, cs.last_state):
-            if state is not None and state.terminated is not None and state.terminated.message:
-                return str(state.terminated.message)
-    return ""
-
-
-def _unschedulable(pod: Any) -> str:
-    for c in pod.status.conditions or []:
-        if c.type == "PodScheduled" and c.status == "False":
-            return str(c.message or c.reason or "Unschedulable")
-    return ""
-
-
-def _pod_ready(pod: Any) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
-
-
-def _not_ready_reason(pod: Any) -> str:
-    for cs in pod.status.container_statuses or []:
-        if cs.state and cs.state.waiting and cs.state.waiting.reason:
-            last = cs.last_state.terminated.message if cs.last_state and cs.last_state.terminated else ""
-            return f"{cs.name}: {cs.state.waiting.reason} {last or ''}".strip()
-    for c in pod.status.conditions or []:
-        if c.type == "Ready" and c.status == "False" and c.message:
-            return str(c.message)
     return ""

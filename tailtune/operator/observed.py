@@ -43,6 +43,11 @@ class DeploymentObservation:
     # The Deployment's ReplicaFailure message: its ReplicaSet cannot create pods (a ResourceQuota, an admission
     # policy, a pod field only the ReplicaSet controller's create meets); "" when it can.
     replica_failure: str = ""
+    # Pods that fail (see `pods.summarise_triton_pods`): live ones whose containers exit with an error or cannot
+    # start, with Triton's own words and restarts; pods that ended Failed, counted per ReplicaSet.
+    failing: str = ""
+    failed: str = ""
+    model_load_failed: bool = False  # Triton's words say it could not load the model
     ready_pod_ips: tuple[str, ...] = ()  # targets of a hot batching reload (read only when asked for)
     desired_hash: str = ""  # digest of the serving objects last applied (annotation on the Deployment)
 

@@ -92,7 +92,8 @@ def desired_state(isvc: InferenceService, observed: Observed) -> Desired:
             problem = (st.ENGINE_IO_UNKNOWN, str(exc))
             return Desired(objects, cache_key, applied, info, serving_problem=problem)
         except TensorMismatch as exc:
-            # No Deployment: every pod would fail to load the model, and its ReplicaSet would spin.
+            # No serving object applied: every pod would fail to load the model, and its ReplicaSet would spin.
+            # A Deployment already there keeps the last config applied (its ConfigMap is not touched either).
             problem = (st.TENSOR_MISMATCH, str(exc))
             return Desired(objects, cache_key, applied, info, serving_problem=problem)
         except ConfigError as exc:
@@ -230,7 +231,10 @@ async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime, *,
         ),
         serving_problem=serving_problem,
         engine_rejected=engine_rejected[1] if engine_rejected else None,
-        service_exists=bool(desired.serving_hash) and serving_problem is None,
+        # A spec that cannot be served rolls nothing out: a Deployment already there (applied after its Service)
+        # keeps serving the last config applied, at the same endpoints.
+        service_exists=(bool(desired.serving_hash) and serving_problem is None)
+        or (desired.serving_problem is not None and observed.deployment is not None),
         now=now,
     )
     moved = await _write_if_changed(isvc, status, cluster)

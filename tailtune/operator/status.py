@@ -43,6 +43,8 @@ DEPLOYMENT_PENDING = "DeploymentPending"
 UNSCHEDULABLE = "Unschedulable"
 PODS_NOT_READY = "PodsNotReady"
 PODS_NOT_CREATED = "PodsNotCreated"
+MODEL_LOAD_FAILED = "ModelLoadFailed"
+PODS_FAILING = "PodsFailing"
 SERVING_DEGRADED = "ServingDegraded"
 SERVING_AVAILABLE = "ServingAvailable"
 NO_LATENCY_DATA = "NoLatencyData"
@@ -60,6 +62,14 @@ ENGINE_BUILD_POD_NOT_CREATED = "EngineBuildPodNotCreated"
 DIGEST_MISMATCH = Failure.DIGEST_MISMATCH.reason
 # A condition that is True and still a warning: its Event is a Warning, not Normal.
 WARNING_REASONS = frozenset({SERVING_DEGRADED})
+# ServingReady reasons that the pods move without a change of the Deployment to react to (a container that
+# exits, a pod evicted, a pod placed): looked at again within seconds, not at the resync.
+SERVING_WATCHED = frozenset(
+    {DEPLOYMENT_PENDING, UNSCHEDULABLE, PODS_NOT_READY, PODS_NOT_CREATED, MODEL_LOAD_FAILED, PODS_FAILING,
+     SERVING_DEGRADED}
+)  # fmt: skip
+# Serving problems found before any child is applied: a Deployment already there keeps its pods and config.
+_NOT_ROLLED = frozenset({TENSOR_MISMATCH, INVALID_MODEL_CONFIG, ENGINE_IO_UNKNOWN})
 
 _MISSING_PVC = re.compile(r'persistentvolumeclaim "([^"]+)" not found', re.IGNORECASE)
 _UNBOUND_PVC = re.compile(r"unbound (immediate )?PersistentVolumeClaims", re.IGNORECASE)
@@ -175,9 +185,15 @@ def compute_serving_condition(
     """ServingReady from the Deployment and its pods (or why it could not be built)."""
     if not engine_ready:
         return _cond(SERVING_READY, False, WAITING_FOR_ENGINE, "waiting for the engine")
-    if problem is not None:
-        return _cond(SERVING_READY, False, *problem)
     dep = observed.deployment
+    if problem is not None:
+        reason, message = problem
+        if reason in _NOT_ROLLED and dep is not None:
+            message += (
+                f"; not rolled out: the Triton Deployment keeps its pods on the last config applied "
+                f"({dep.ready_replicas}/{dep.replicas} ready) until the spec is fixed"
+            )
+        return _cond(SERVING_READY, False, reason, message)
     if dep is None:
         return _cond(SERVING_READY, False, DEPLOYMENT_PENDING, "Triton Deployment not created yet")
     counts = f"{dep.ready_replicas}/{dep.replicas} Triton pods ready"
@@ -188,10 +204,19 @@ def compute_serving_condition(
             return _cond(SERVING_READY, True, SERVING_DEGRADED, detail)
         return _cond(SERVING_READY, False, PODS_NOT_CREATED, detail)
     if dep.ready_replicas > 0:
+        # Pods that ended Failed are history once every replica serves again; live pods failing are not.
+        failing = dep.failing or (dep.failed if dep.ready_replicas < dep.replicas else "")
+        if failing:
+            return _cond(SERVING_READY, True, SERVING_DEGRADED, f"{counts}; {failing}")
         return _cond(SERVING_READY, True, SERVING_AVAILABLE, counts)
+    failing_reason = MODEL_LOAD_FAILED if dep.model_load_failed else PODS_FAILING
+    if dep.failing:
+        return _cond(SERVING_READY, False, failing_reason, f"{counts}; {dep.failing}")
     if dep.unschedulable:
         cause = unschedulable_cause(isvc, dep.unschedulable, "Triton pod")
         return _cond(SERVING_READY, False, UNSCHEDULABLE, f"{counts}; pods cannot be scheduled: {cause}")
+    if dep.failed:
+        return _cond(SERVING_READY, False, failing_reason, f"{counts}; {dep.failed}")
     detail = f"; {dep.not_ready_reason}" if dep.not_ready_reason else "; waiting for model load and warmup"
     return _cond(SERVING_READY, False, PODS_NOT_READY, counts + detail)
 

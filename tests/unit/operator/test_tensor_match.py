@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import pytest
 
-from tailtune.operator.observed import JobObservation, Observed
-from tailtune.operator.reconcile import Desired, desired_state
+from tailtune.operator.observed import DeploymentObservation, JobObservation, Observed
+from tailtune.operator.reconcile import Desired, desired_state, reconcile
 from tests.unit.factories import make_isvc
+from tests.unit.operator.test_reconcile import NOW, RecordingCluster
 
 X16 = {"name": "x", "dataType": "TYPE_FP32", "dims": [16]}
 Y4 = {"name": "y", "dataType": "TYPE_FP32", "dims": [4]}
@@ -70,3 +72,28 @@ def test_without_a_report_the_declared_tensors_are_used() -> None:
     desired = desired_state(isvc, Observed(job=JobObservation(succeeded=True)))
     assert desired.serving_problem is None
     assert [o["kind"] for o in desired.objects] == ["ConfigMap", "Service", "Deployment"]
+
+
+def test_a_mismatch_patched_into_a_serving_spec_rolls_nothing_out_and_says_the_old_pods_keep_serving() -> None:
+    # spec.model.inputs patched to x [17] while a Deployment serves the engine's x [16]: applying the new config
+    # would make every pod that restarts (or rolls) fail to load the model. Nothing is applied, so the running pods
+    # keep the last config applied (ConfigMap and pod template untouched) and the status says so.
+    report = json.dumps({"inputs": [X16], "outputs": [Y4]})
+    serving = DeploymentObservation(replicas=2, ready_replicas=2, ready_pod_ips=("10.0.0.5", "10.0.0.6"))
+    cluster = RecordingCluster(Observed(job=JobObservation(succeeded=True, message=report), deployment=serving))
+    raw = make_isvc().set("spec.model.inputs", [{**X16, "dims": [17]}]).dict()
+    asyncio.run(reconcile(raw, cluster, NOW))
+    assert cluster.applied == []
+    status = cluster.statuses[-1]
+    serving_ready = next(c for c in status.conditions if c.type == "ServingReady")
+    assert (serving_ready.status, serving_ready.reason) == ("False", "TensorMismatch")
+    assert "spec.model.inputs[0].dims" in serving_ready.message
+    assert "not rolled out: the Triton Deployment keeps its pods on the last config applied (2/2 ready)" in (
+        serving_ready.message
+    )
+    assert status.replicas.ready == 2 and status.endpoints.http == "http://demo.default.svc:8000"  # still served there
+    assert cluster.events.count(("Warning", "TensorMismatch")) == 1
+    told = list(cluster.events)
+    asyncio.run(reconcile(raw | {"status": status.model_dump(by_alias=True, mode="json", exclude_none=True)},
+                          cluster, NOW, force=True))  # fmt: skip
+    assert cluster.applied == [] and cluster.events == told  # the resync re-applies nothing either
