@@ -17,6 +17,7 @@ from tailtune.api import GROUP, KIND, PLURAL, VERSION, InferenceService
 from tailtune.api.keys import LAST_HANDLED_KEY, MANAGED_BY, MANAGED_BY_LABEL, PREFIX
 from tailtune.api.v1alpha1 import Tuning
 from tailtune.operator import metrics
+from tailtune.operator.atrest import TunerMemory
 from tailtune.operator.kube import API_CONCURRENCY, ApiException, KubeCluster, load_config
 from tailtune.operator.reconcile import Outcome, reconcile, rollout_status
 from tailtune.operator.status import (
@@ -59,6 +60,8 @@ class State:
         self.ticking: set[tuple[str, str]] = set()
         # Set by a change of the spec: the object's tuner ticks at once (new bounds may forbid what the pods run).
         self.wake: defaultdict[tuple[str, str], asyncio.Event] = defaultdict(asyncio.Event)
+        # The tuner state between ticks; the object's annotation is its checkpoint (tailtune.operator.atrest).
+        self.memory = TunerMemory()
 
 
 def _state(memo: Any) -> State:
@@ -291,7 +294,7 @@ async def tuner_tick(state: State, namespace: str, name: str) -> float:
             interval = float(isvc.spec.tuning.interval_seconds)
             stats = state.batch_stats.setdefault(key, BatchStatsReader(isvc.model_name))
             pods = PodWindows(isvc) if isvc.spec.tuning.mode == "hot" else None
-            decision = await tune_step(isvc, state.cluster, read, now, stats, pods)
+            decision = await tune_step(isvc, state.cluster, read, now, stats, pods, state.memory)
             changed = decision is not None and decision.changed
             if decision is not None and changed:
                 log.info("%s/%s tuner: %s", namespace, name, decision.reason)
@@ -321,8 +324,17 @@ def retry_delay(failures: int, interval: float) -> float:
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0, initial_delay=5.0)
-async def tuner(namespace: str | None, name: str, memo: Any, stopped: kopf.DaemonStopped, **_: Any) -> None:
+async def tuner(
+    namespace: str | None, name: str, uid: str | None, memo: Any, stopped: kopf.DaemonStopped, **_: Any
+) -> None:
     """The SLO tuner of one InferenceService: every `tuning.intervalSeconds`, read Prometheus, decide, apply."""
+    try:
+        await _tune_until_stopped(memo, namespace, name, stopped)
+    finally:
+        _state(memo).memory.forget(uid)  # deleted, or no longer this process's to tune: its annotation is the truth
+
+
+async def _tune_until_stopped(memo: Any, namespace: str | None, name: str, stopped: kopf.DaemonStopped) -> None:
     interval, failures = float(Tuning().interval_seconds), 0
     wake = _state(memo).wake[(namespace or "default", name)]
     while not stopped:

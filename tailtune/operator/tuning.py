@@ -35,6 +35,7 @@ from tailtune.api.v1alpha1 import (
     TargetStatus,
 )
 from tailtune.operator import metrics
+from tailtune.operator.atrest import TunerMemory, latency_moved, state_moved
 from tailtune.operator.conform import SpecConform, conform_reloads, decide_conform
 from tailtune.operator.engine import build_curve, engine_cache_key, engine_info, io_known
 from tailtune.operator.inforce import in_force as config_in_force
@@ -382,17 +383,22 @@ async def tune_step(
     now: datetime,
     batch_stats: BatchStats | None = None,
     pods: PodReader | None = None,
+    memory: TunerMemory | None = None,
 ) -> Decision | None:
     """One tuner tick for one InferenceService: read, decide (`tailtune.tuner.loop.tune_once`, the loop the
     simulator and the benchmark run), apply (hot or rolling), record.
 
     Returns None without reading anything while no Triton pod serves (nothing to tune yet). Writes only what
-    moved: a tick that holds on a steady (or steadily missing) signal costs no API write.
+    moved (`tailtune.operator.atrest`): a tick that holds on a steady (or steadily missing) signal costs no API
+    write. With a `memory` the tuner state goes on between ticks in this process and the annotation is written as
+    a checkpoint when it moves materially; without one the annotation is the only home and every change of it is
+    written.
     """
     if isvc.status.replicas.ready < 1:
         return None
     applied = config_in_force(isvc)
-    state = tuner_state(isvc)
+    checkpoint = tuner_state(isvc)
+    state = memory.recall(isvc, checkpoint) if memory is not None else checkpoint
     # The read normally happens before the caller takes the per-object lock (a slow Prometheus holds no one up).
     read = reader if isinstance(reader, LatencyRead) else await asyncio.to_thread(read_latency, reader, now)
     if read.signal is None:  # the law holds on missing data, never blind; status says why
@@ -445,14 +451,19 @@ async def tune_step(
     elif decision.infeasible and state.last_reason_code != decision.reason_code:
         await cluster.emit_event(isvc.metadata, "Warning", decision.reason_code, decision.reason)
     metrics.TUNER_DECISIONS.labels(isvc.metadata.namespace, isvc.metadata.name, decision.reason_code).inc()
-    if decision.changed or _memory(new_state) != _memory(state):
+    if memory is None:
+        moved = _memory(new_state) != _memory(state)
+    else:
+        moved = state_moved(checkpoint, new_state, policy_for(isvc).good_windows)
+    if decision.changed or moved:
         annotations |= tuner_state_annotation(new_state)
     if annotations:
         await cluster.patch_annotations(isvc.metadata, annotations)
+    if memory is not None:
+        memory.keep(isvc, annotations, new_state)
     latency = latency_status(read, isvc, now, decision, observation.batch_stats)
     metrics.record_latency(isvc.metadata.namespace, isvc.metadata.name, latency)
-    old = isvc.status.latency
-    if latency.model_copy(update={"observed_at": None}) != old.model_copy(update={"observed_at": None}):
+    if latency_moved(isvc.status.latency, latency):
         await cluster.patch_latency(isvc.metadata, latency, refresh_slo_message(isvc, latency))
     return decision
 

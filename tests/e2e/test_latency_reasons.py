@@ -239,7 +239,15 @@ def test_nan_without_requests_is_no_traffic(cluster: Cluster, served: Served) ->
 
 @pytest.mark.parametrize("case", ["nan-busy", "nodata"])
 def test_nan_or_nothing_under_traffic_is_no_latency_data(cluster: Cluster, served: Served, case: str) -> None:
-    c, latency = wait_slo(cluster, served, case, "Unknown", "NoLatencyData")
+    wait_slo(cluster, served, case, "Unknown", "NoLatencyData")
+    namespace = served[0]
+
+    def ticked() -> dict[str, Any] | None:  # reconcile says "no data yet" before the tuner's first tick writes
+        latency: dict[str, Any] = (cluster.get("tis", case, namespace) or {}).get("status", {}).get("latency", {})
+        return latency if latency.get("problem") else None
+
+    latency = cluster.wait_for(f"the tuner's first window of {case}", ticked, 28)
+    c = condition(cluster.get("tis", case, namespace), "SLOMet")
     assert c["message"].startswith("no P99 latency data from Prometheus yet"), c["message"]
     assert latency["problem"] == "NoLatencyData"
     assert latency["source"] == "userQuery"
@@ -280,3 +288,36 @@ def test_a_window_from_before_the_last_change_is_settling_never_false(cluster: C
     assert "P99 50.0 ms vs SLO 30 ms" in c["message"], c["message"]
     assert "reaches back before the last change" in c["message"]
     assert latency["overlapsChange"] is True and latency.get("cleanMs") is None
+
+
+@pytest.mark.parametrize(
+    ("case", "status", "reason"), [("under", "True", "WithinSLO"), ("nodata", "Unknown", "NoLatencyData")]
+)
+def test_at_rest_a_tick_writes_nothing(
+    cluster: Cluster, served: Served, fake_prometheus: FakePrometheus, case: str, status: str, reason: str
+) -> None:
+    """A steady signal (the same P99 and rate each window, only the window moving) and a steadily missing one: once
+    SLOMet says so, the object's resourceVersion stays put while the tuner ticks on (each tick is seen as the
+    queries it sends the fake Prometheus). Before: every 5 s tick rewrote status.latency's window times and the
+    tuner-state annotation's good-window count (244 resourceVersions in 21 minutes on one object)."""
+    namespace, _, op = served
+    wait_slo(cluster, served, case, status, reason)
+    # The settling tick after the first verdict may still write (the good-window count reaching its relax point).
+    ticks = 4
+
+    def queries() -> int:
+        return sum(1 for c, q in list(fake_prometheus.queries) if c == case and FAKE_METRIC in q)
+
+    def after(n: int) -> bool:
+        return queries() >= n
+
+    start = queries()
+    cluster.wait_for(f"{ticks} ticks of {case}", lambda: after(start + ticks), 40)
+    version = cluster.get("tis", case, namespace)["metadata"]["resourceVersion"]
+    seen = queries()
+    cluster.wait_for(f"{ticks} more ticks of {case}", lambda: after(seen + ticks), 40)
+    tis = cluster.get("tis", case, namespace)
+    assert tis["metadata"]["resourceVersion"] == version, (
+        f"{case}: written at rest: {tis['status'].get('latency')}\n{tis['metadata'].get('annotations')}\n"
+        + op.log_tail(20)
+    )
