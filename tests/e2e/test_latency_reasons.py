@@ -248,6 +248,7 @@ def test_nan_or_nothing_under_traffic_is_no_latency_data(cluster: Cluster, serve
 
     latency = cluster.wait_for(f"the tuner's first window of {case}", ticked, 28)
     c = condition(cluster.get("tis", case, namespace), "SLOMet")
+    assert c is not None
     assert c["message"].startswith("no P99 latency data from Prometheus yet"), c["message"]
     assert latency["problem"] == "NoLatencyData"
     assert latency["source"] == "userQuery"
