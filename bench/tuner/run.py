@@ -11,11 +11,14 @@ local tritonserver through `batch_stats` when `bench/tuner/curves/*.csv` has the
 down, diurnal, bursts, flash crowds, ramps to near zero, metrics gaps, P99 noise), a start (max batch 1, 8
 or the engine's max), 1-2 instances and 1-4 replicas (the static policies and the oracle run with those
 replicas; tailtune starts with them and may scale within 1..that). Each runs `tailtune`, `triton-default`, `aimd`, the
-start config held static, and the `oracle` (per interval, the best static config of a sweep) through
-`tailtune.tuner.whatif`: the same engine as `tailtune simulate`.
+start config held static, the `oracle` (per interval, the best static config of a sweep), `min-cost` (per interval
+the fewest replicas and a config of the sweep that hold the SLO, each scale-out one pod start ahead) and
+`static-max` (the most replicas, the start config) through `tailtune.tuner.whatif`: the same engine as
+`tailtune simulate`.
 
 Writes bench/out/tuner/report.md (distribution per family: minimum, 10th percentile and median of
-goodput/oracle and of windows in SLO; the 5 worst scenarios with their decision traces) and a PNG per worst
+goodput/oracle and of windows in SLO; replica-seconds per family and per trace, tailtune / min-cost and the saving
+against static-max, worst scenario named; the 5 worst scenarios with their decision traces) and a PNG per worst
 scenario and one of the distributions, plus results.json.
 """
 
@@ -267,7 +270,11 @@ def wide_scenarios(seed: int = WIDE_SEED, count: int | None = None) -> list[Scen
     return out
 
 
-BASELINES = ("triton-default", "aimd", "oracle", "start")
+BASELINES = ("triton-default", "aimd", "oracle", "start", "min-cost", "static-max")
+# The traces the cost targets are about: a daily swing and a load that comes and goes ("bursts": on/off).
+COST_TRACES = ("diurnal", "bursts")
+COST_VS_MIN = 1.25  # tailtune's replica-seconds at most this times min-cost's
+SAVING_VS_STATIC_MAX = 0.35  # ... and at least this share fewer than static-max's
 
 
 def run_one(sc: Scenario, baselines: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -277,9 +284,17 @@ def run_one(sc: Scenario, baselines: dict[str, Any] | None = None) -> dict[str, 
     res: dict[str, Any] = {"name": sc.name, "family": sc.family, "trace": sc.trace, "curve": sc.setup.curve.name}
     run = run_policy(sc.setup, "tailtune")
     res["tailtune"] = summarize(sc.setup, "tailtune", run)
-    for policy in ("triton-default", "aimd", "oracle", f"static:{sc.setup.start_max_batch}:0"):
+    # The oracle before min-cost: both read the sweep at the most replicas, run once.
+    for policy in (
+        "triton-default",
+        "aimd",
+        "oracle",
+        f"static:{sc.setup.start_max_batch}:0",
+        "min-cost",
+        "static-max",
+    ):
         key = "start" if policy.startswith("static:") else policy
-        res[key] = baselines[key] if baselines else summarize(sc.setup, policy)
+        res[key] = baselines[key] if baselines and key in baselines else summarize(sc.setup, policy)
     res["decisions"] = [(round(t), code, why) for t, code, why in run.codes if code not in ("WithinBand", "Settled")]
     res["seconds"] = round(time.perf_counter() - t0, 1)
     return res
@@ -321,8 +336,18 @@ def metrics(r: dict[str, Any], setup: Setup | None = None) -> dict[str, float]:
         held = sum(1 for w in reach if _in_slo(windows[w], slo))
         extra = {
             "in_slo_reachable": held / len(reach) if reach else 1.0,
+            **(
+                {"min_cost_in_slo_reachable": _held_share(r["min-cost"]["timeline"], reach, slo)}
+                if "min-cost" in r
+                else {}
+            ),
             "settle_but_scale_in": float(_settle_but_scale_in(t, steps)),
             "settle_reachable": float(_settle_but_scale_in(t, steps, o)),
+        }
+    if "min-cost" in r and "static-max" in r:  # absent from a results.json of before they ran
+        extra |= {
+            "cost_vs_min": _ratio(t["replica_seconds"], r["min-cost"]["replica_seconds"]),
+            "saving_vs_static_max": 1.0 - _ratio(t["replica_seconds"], r["static-max"]["replica_seconds"]),
         }
     return extra | {
         "vs_oracle": _ratio(t["goodput_rps"], o["goodput_rps"]),
@@ -335,8 +360,69 @@ def metrics(r: dict[str, Any], setup: Setup | None = None) -> dict[str, float]:
     }
 
 
+def _held_share(timeline: list[dict[str, Any]], reach: list[int], slo_ms: float) -> float:
+    return sum(1 for w in reach if _in_slo(timeline[w], slo_ms)) / len(reach) if reach else 1.0
+
+
 def _dist(xs: list[float]) -> str:
     return f"{min(xs):.3f} / {np.percentile(xs, 10):.3f} / {np.median(xs):.3f}"
+
+
+def _dist_high(xs: list[float]) -> str:
+    """A ratio where high is bad, worst first: max / 90th percentile / median."""
+    return f"{max(xs):.3f} / {np.percentile(xs, 90):.3f} / {np.median(xs):.3f}"
+
+
+def _cost_section(m_all: list[tuple[dict[str, float], dict[str, Any]]]) -> list[str]:
+    """Replica-seconds per family and per trace, worst first and named, beside goodput and the fair windows."""
+    rows = [(x, r) for x, r in m_all if "cost_vs_min" in x]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## Cost: replica-seconds",
+        "",
+        "Each replica counts from its request (it holds its device while it starts) until it is let go. min-cost: per "
+        "window the fewest replicas and a config of the oracle's sweep that hold the SLO, each scale-out requested one "
+        "pod start (30 s) ahead, replayed in the simulator; static-max: the most replicas and the start config. Fair "
+        "windows: outside steps, where the oracle holds the SLO.",
+        "",
+        "| group | n | tailtune / min-cost max / p90 / median | worst | saving vs static-max min / p10 / median "
+        "| worst | goodput/oracle min / median | fair windows in SLO min (tailtune; min-cost) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    # (label, the field a member has the value of): the curve families, the traces, then all.
+    groups = [(f, "family", f) for f in sorted({r["family"] for _, r in rows})]
+    groups += [(f"trace {tr}", "trace", tr) for tr in sorted({r["trace"] for _, r in rows})]
+    groups.append(("all", "", ""))
+    for label, key, value in groups:
+        g = [(x, r) for x, r in rows if not key or r[key] == value]
+        cost = [x["cost_vs_min"] for x, _ in g]
+        save = [x["saving_vs_static_max"] for x, _ in g]
+        worst_cost = max(g, key=lambda xr: xr[0]["cost_vs_min"])[1]["name"]
+        worst_save = min(g, key=lambda xr: xr[0]["saving_vs_static_max"])[1]["name"]
+        vs_oracle = [x["vs_oracle"] for x, _ in g]
+        fair = min(x.get("in_slo_reachable", math.nan) for x, _ in g)
+        fair_min_cost = min(x.get("min_cost_in_slo_reachable", math.nan) for x, _ in g)
+        lines.append(
+            f"| {label} | {len(g)} | {_dist_high(cost)} | {worst_cost} | {_dist(save)} | {worst_save} "
+            f"| {min(vs_oracle):.3f} / {np.median(vs_oracle):.3f} | {fair:.3f}; {fair_min_cost:.3f} |"
+        )
+    target = [(x, r) for x, r in rows if r["trace"] in COST_TRACES]
+    if target:
+        cheap = [x["cost_vs_min"] <= COST_VS_MIN for x, _ in target]
+        saves = [x["saving_vs_static_max"] >= SAVING_VS_STATIC_MAX for x, _ in target]
+        fair_ok = [x.get("in_slo_reachable", 0.0) >= 0.99 for x, _ in target]
+        lines += [
+            "",
+            f"Targets on the {' and '.join(COST_TRACES)} traces ({len(target)} scenarios):",
+            "",
+            f"- replica-seconds <= {COST_VS_MIN:g}x min-cost: {sum(cheap)}/{len(target)}",
+            f"- >= {SAVING_VS_STATIC_MAX * 100:g} % fewer than static-max: {sum(saves)}/{len(target)}",
+            f"- >= 99 % of the fair windows in SLO: {sum(fair_ok)}/{len(target)}",
+            f"- all three: {sum(a and b and c for a, b, c in zip(cheap, saves, fair_ok, strict=True))}/{len(target)}",
+        ]
+    return lines
 
 
 def report(
@@ -405,6 +491,7 @@ def report(
     ]
     lines += ["", "## Targets: scenarios meeting each", ""]
     lines += [f"- {name}: {n}/{len(results)}" for name, n in targets]
+    lines += _cost_section(m_all)
     worst = sorted(m_all, key=lambda xr: xr[0]["vs_oracle"])[:5]
     for stale in out.glob("worst-*.png"):  # an earlier run's worst: not this report's
         stale.unlink()
@@ -413,7 +500,8 @@ def report(
         png = out / f"worst-{r['name']}.png"
         sc = by_name.get(r["name"])
         if sc is not None:
-            plot(sc.setup, [r["tailtune"], r["triton-default"], r["aimd"], r["oracle"]], png, title=r["name"])
+            shown = [r[k] for k in ("tailtune", "triton-default", "aimd", "oracle", "min-cost") if k in r]
+            plot(sc.setup, shown, png, title=r["name"])
         t = r["tailtune"]
         lines += [
             f"### {r['name']} ({r['curve']})",
@@ -421,7 +509,8 @@ def report(
             f"goodput/oracle {x['vs_oracle']:.3f}, vs default {x['vs_default']:.3f}, vs AIMD "
             f"{_ratio(t['goodput_rps'], r['aimd']['goodput_rps']):.3f}; windows in SLO excl. steps "
             f"{t['windows_in_slo_excluding_steps']}/{t['windows_excluding_steps']}; changes {t['changes']}; "
-            f"final {t['final']}. ![{r['name']}]({png.name})",
+            f"final {t['final']}; replica-seconds / min-cost {x.get('cost_vs_min', math.nan):.3f}, saving vs "
+            f"static-max {x.get('saving_vs_static_max', math.nan):.3f}. ![{r['name']}]({png.name})",
             "",
             "Decisions:",
             "",
@@ -439,15 +528,20 @@ def _distribution_png(results: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fams = sorted({r["family"] for r in results})
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, key, label in (
-        (axes[0], "vs_oracle", "goodput / oracle"),
-        (axes[1], "vs_best_baseline", "goodput / max(default, AIMD)"),
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    for ax, key, label, target in (
+        (axes[0][0], "vs_oracle", "goodput / oracle", 0.95),
+        (axes[0][1], "vs_best_baseline", "goodput / max(default, AIMD)", 0.99),
+        (axes[1][0], "cost_vs_min", "replica-seconds / min-cost's", COST_VS_MIN),
+        (axes[1][1], "saving_vs_static_max", "1 - replica-seconds / static-max's", SAVING_VS_STATIC_MAX),
     ):
-        data = [[metrics(r)[key] for r in results if r["family"] == f] for f in fams]
+        data = [[x[key] for r in results if r["family"] == f and key in (x := metrics(r))] for f in fams]
+        if not any(data):  # the cost of a results.json of before it was measured
+            ax.set_axis_off()
+            continue
         ax.boxplot(data, whis=(0, 100))
         ax.set_xticks(range(1, len(fams) + 1), fams)
-        ax.axhline(0.95 if key == "vs_oracle" else 0.99, color="red", linestyle="--", label="target")
+        ax.axhline(target, color="red", linestyle="--", label="target")
         if key == "vs_best_baseline":
             ax.set_yscale("log")  # ratios from 0.9 to 20 and more: near 1 must stay readable
         ax.set_ylabel(label)
@@ -479,8 +573,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--baselines",
         type=Path,
-        help="reuse the baselines (default, AIMD, oracle, start) of this earlier results.json: only tailtune runs "
-        "(valid while the simulator and the scenarios are unchanged)",
+        help="reuse the baselines (default, AIMD, oracle, start, min-cost, static-max) of this earlier results.json: "
+        "only tailtune runs, and a baseline it lacks (valid while the simulator and the scenarios are unchanged)",
     )
     args = ap.parse_args(argv)
     seed = args.seed if args.seed is not None else WIDE_SEED if args.wide else SEED
@@ -493,7 +587,10 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         results = []
         earlier = {r["name"]: r for r in json.loads(args.baselines.read_text())} if args.baselines else {}
-        base = [{k: earlier[s.name][k] for k in BASELINES} if s.name in earlier else None for s in scs]
+        base = [
+            {k: earlier[s.name][k] for k in BASELINES if k in earlier[s.name]} if s.name in earlier else None
+            for s in scs
+        ]
         with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             # Saved as they come: a run cut short still leaves its results.
             for res in pool.map(run_one, scs, base):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -43,6 +44,15 @@ class WindowStats:
     batch_stats: tuple[tuple[int, int, float], ...] = ()
 
 
+@dataclass
+class _Lease:
+    """When one replica was asked for, was ready and was let go (inf while held): what it is paid for."""
+
+    requested: float
+    ready: float
+    released: float = math.inf
+
+
 class SimCluster:
     """Replicas (one device each) fed by one arrival trace, reconfigurable while it runs.
 
@@ -82,6 +92,7 @@ class SimCluster:
         self.batching = batching
         self.now = 0.0
         self._all: list[Replica] = []
+        self._leases: list[_Lease] = []  # one per replica of _all, in the same order
         self._active: list[Replica] = []
         for _ in range(replicas):
             self._add_replica(ready_at=0.0)
@@ -98,12 +109,22 @@ class SimCluster:
             rng=np.random.default_rng([self._seed, len(self._all)]),
         )
         self._all.append(rep)
+        self._leases.append(_Lease(requested=self.now, ready=ready_at))
         self._active.append(rep)
 
     @property
     def replicas(self) -> int:
         """Replicas receiving traffic or starting."""
         return len(self._active)
+
+    def replica_seconds(self, until: float, *, ready_only: bool = False) -> float:
+        """Replica-seconds paid over [0, until): each replica from its request (a starting pod holds its device)
+        until it is let go; with `ready_only`, from when it was ready (a replica let go while starting adds 0)."""
+        total = 0.0
+        for lease in self._leases:
+            start = lease.ready if ready_only else lease.requested
+            total += max(0.0, min(lease.released, until) - start)
+        return total
 
     def ready_replicas(self, t: float | None = None) -> int:
         """Replicas ready at time t (default: now)."""
@@ -155,8 +176,9 @@ class SimCluster:
         while len(self._active) < replicas:
             self._add_replica(ready_at=self.now + self._startup_s)
         while len(self._active) > max(1, replicas):
-            # The newest goes first; it keeps draining what it queued.
-            self._active.pop()
+            # The newest goes first; it keeps draining what it queued (a graceful stop, counted as paid until now).
+            gone = self._active.pop()
+            self._leases[next(i for i, r in enumerate(self._all) if r is gone)].released = self.now
 
     def observe(
         self,

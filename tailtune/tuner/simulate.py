@@ -1,13 +1,16 @@
 """`tailtune simulate`: what a tuning policy would do on your measured curve and recorded trace.
 
     tailtune simulate --curve CURVE.csv --trace TRACE.csv --slo-ms 30 [--percentile 99]
-      [--policy tailtune|triton-default|static:MAXBATCH:DELAY_US|aimd|oracle] [--start-max-batch N]
+      [--policy tailtune|triton-default|static:MAXBATCH:DELAY_US|aimd|oracle|min-cost|static-max]
+      [--start-max-batch N]
       [--instances N] [--replicas-max N] [--interval-s S] [--p99-noise FRACTION] [--gap START_S:WINDOWS]
       [--seed S] [--duration-s S] [--json] [--plot FILE.png]
 
 CURVE.csv: header `batch,ms`, measured points (linear between them; a stepwise curve is given as points);
 its largest batch is the engine's max. TRACE.csv: header `t_s,rate_rps`, a piecewise-constant Poisson rate;
 the last row's time ends the trace. Exit 0 on success, 2 on bad input (the message names the file and line).
+`--json` reports `replica_seconds` (what the replicas cost over the trace, each from its request until let go) and
+`replica_seconds_ready` (from each one's readiness).
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from tailtune.tuner.whatif import InputError, Setup, plot, read_curve, read_trac
 
 # Each window runs the tuner's decision (tens of ms): past this many (a week of 30 s windows) a run takes hours.
 MAX_WINDOWS = 20_000
+# min-cost runs the oracle's sweep at every count up to --replicas-max: past this many it takes that many times the
+# oracle's time (hours on a day's trace).
+MIN_COST_MAX_REPLICAS = 16
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,7 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", type=Path, required=True, help="TRACE.csv (t_s,rate_rps)")
     p.add_argument("--slo-ms", type=float, required=True, help="latency objective, ms")
     p.add_argument("--percentile", type=float, default=99.0, help="percentile of the objective (default 99)")
-    p.add_argument("--policy", default="tailtune", help="tailtune|triton-default|static:MB:DELAY_US|aimd|oracle")
+    p.add_argument(
+        "--policy",
+        default="tailtune",
+        help="tailtune|triton-default|static:MB:DELAY_US|aimd|oracle|min-cost|static-max",
+    )
     p.add_argument("--start-max-batch", type=int, default=1, help="max batch at the start (default 1)")
     p.add_argument("--instances", type=int, default=1, help="model instances per GPU (default 1)")
     p.add_argument("--replicas", type=int, default=1, help="replicas at the start and of static policies")
@@ -68,6 +78,11 @@ def _setup(args: argparse.Namespace) -> Setup:
         (args.start_max_batch >= 1, "--start-max-batch must be >= 1"),
         (args.seed >= 0, "--seed must be >= 0"),
         (args.duration_s is None or 0 < args.duration_s < math.inf, "--duration-s must be > 0 and finite"),
+        (
+            args.policy != "min-cost" or (args.replicas_max or args.replicas) <= MIN_COST_MAX_REPLICAS,
+            f"--policy min-cost sweeps every replica count: --replicas-max must be <= {MIN_COST_MAX_REPLICAS} "
+            "(the oracle runs at any count)",
+        ),
     ]
     for ok, message in checks:
         if not ok:
@@ -142,7 +157,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         f"{s['policy']} on {s['curve']}: goodput {s['goodput_rps']:.1f} of {s['offered_rps']:.1f} req/s offered; "
         f"{s['windows_in_slo']}/{s['windows']} windows in SLO ({s['windows_in_slo_excluding_steps']}/"
         f"{s['windows_excluding_steps']} outside steps); {s['changes']} changes; settled in "
-        f"{s['settle_intervals']} intervals; final {s['final']}",
+        f"{s['settle_intervals']} intervals; {s['replica_seconds']:.0f} replica-seconds; final {s['final']}",
         file=stream,
     )
     return 0

@@ -9,11 +9,16 @@ Every policy sees the same arrivals (same seed) on the same curve. Policies:
 - `aimd`: Clipper-style additive increase (+2) / multiplicative decrease (x0.9) of max batch on the observed
   percentile against the SLO, every interval, from the start config;
 - `oracle`: per interval, the best of a sweep of static configs at the most replicas (clairvoyant, no reload
-  cost); an upper bound, not a policy one could run.
+  cost); an upper bound, not a policy one could run;
+- `min-cost`: the fewest replica-seconds a clairvoyant plan pays: per interval, the fewest replicas at which a
+  config of the same sweep holds the SLO on that interval (held static over the trace at that count) and that
+  config, each scale-out requested one pod start (the simulator's) ahead; replayed in the simulator;
+- `static-max`: the most replicas and the start config, never changed (what a fleet sized for the peak pays).
 
-Goodput is the requests answered within the SLO per second. A window is one interval of arrivals; it is in
-the SLO when the percentile of the latencies of the requests that arrived in it is within the SLO (a request
-never answered counts as infinitely late).
+Goodput is the requests answered within the SLO per second. Replica-seconds are what the fleet pays over the
+trace: each replica from its request (it holds its device while it starts) until it is let go. A window is one
+interval of arrivals; it is in the SLO when the percentile of the latencies of the requests that arrived in it is
+within the SLO (a request never answered counts as infinitely late).
 """
 
 from __future__ import annotations
@@ -135,6 +140,7 @@ class Setup:
     duration_s: float | None = None
     headroom: float = 0.8
     service_noise: float = 0.03
+    pod_start_s: float = 30.0  # a scale-out's replicas serve this long after the request (the simulator's pod start)
 
     @property
     def end_s(self) -> float:
@@ -172,6 +178,8 @@ class Run:
     knobs: list[tuple[float, int, int, int]] = field(default_factory=list)  # (t, max batch, delay, replicas)
     changes: int = 0
     codes: list[tuple[float, str, str]] = field(default_factory=list)  # (t, reason code, reason)
+    replica_seconds: float = 0.0  # over the trace, from each replica's request until it is let go
+    replica_seconds_ready: float = 0.0  # the same, from each replica's readiness
 
 
 def _arrivals(setup: Setup) -> Floats:
@@ -189,6 +197,7 @@ def _cluster(setup: Setup, arrivals: Floats, batching: Batching, replicas: int) 
         engine_max_batch=setup.curve.engine_max,
         seed=setup.seed,
         noise_sigma=setup.service_noise,
+        startup_s=setup.pod_start_s,
     )
 
 
@@ -196,14 +205,21 @@ def _batching(max_batch: int, delay_us: int = 0) -> Batching:
     return Batching(max_batch_size=max_batch, preferred_batch_sizes=[], max_queue_delay_microseconds=delay_us)
 
 
+def _finish(run: Run, sim: SimCluster, setup: Setup) -> Run:
+    """Run to the trace's end, count its replica-seconds, let the last requests finish and record the outcomes."""
+    sim.advance(setup.end_s)
+    run.replica_seconds = sim.replica_seconds(setup.end_s)
+    run.replica_seconds_ready = sim.replica_seconds(setup.end_s, ready_only=True)
+    sim.advance(setup.end_s + 60.0)  # what is still queued then is lost
+    run.arrivals, run.latency = sim.outcomes()
+    return run
+
+
 def run_static(setup: Setup, max_batch: int, delay_us: int, replicas: int, name: str) -> Run:
     """A fixed config through the whole trace."""
     arr = _arrivals(setup)
     sim = _cluster(setup, arr, _batching(max_batch, delay_us), replicas)
-    sim.advance(setup.end_s)
-    sim.advance(setup.end_s + 60.0)  # let the last requests finish; what is still queued is lost
-    a, lat = sim.outcomes()
-    return Run(name, a, lat, [(0.0, max_batch, delay_us, replicas)])
+    return _finish(Run(name, arr, np.empty(0), [(0.0, max_batch, delay_us, replicas)]), sim, setup)
 
 
 def policy_for(setup: Setup) -> Policy:
@@ -288,9 +304,7 @@ def run_tailtune(setup: Setup) -> Run:
             run.changes += 1
             b = decision.batching
             run.knobs.append((t, b.max_batch_size, b.max_queue_delay_microseconds, decision.replicas))
-    sim.advance(setup.end_s + 60.0)
-    run.arrivals, run.latency = sim.outcomes()
-    return run
+    return _finish(run, sim, setup)
 
 
 def run_aimd(setup: Setup) -> Run:
@@ -314,9 +328,7 @@ def run_aimd(setup: Setup) -> Run:
             sim.apply(_batching(mb), setup.replicas)
             run.changes += 1
             run.knobs.append((t, mb, 0, setup.replicas))
-    sim.advance(setup.end_s + 60.0)
-    run.arrivals, run.latency = sim.outcomes()
-    return run
+    return _finish(run, sim, setup)
 
 
 def sweep_configs(setup: Setup) -> list[tuple[int, int]]:
@@ -355,6 +367,10 @@ def run_policy(setup: Setup, policy: str) -> Run:
         return run_static(setup, setup.curve.engine_max, 0, setup.replicas, policy)
     if policy == "aimd":
         return run_aimd(setup)
+    if policy == "min-cost":
+        return run_min_cost(setup)
+    if policy == "static-max":
+        return run_static(setup, setup.start_max_batch, 0, setup.replicas_max, policy)
     if policy.startswith("static:"):
         try:
             _, mb, delay = policy.split(":")
@@ -364,7 +380,21 @@ def run_policy(setup: Setup, policy: str) -> Run:
         if not 1 <= max_batch <= setup.curve.engine_max:
             raise InputError(f"--policy {policy!r}: max batch must be 1..{setup.curve.engine_max} (the curve's)")
         return run_static(setup, max_batch, delay_us, setup.replicas, policy)
-    raise InputError(f"unknown --policy {policy!r}; use tailtune, triton-default, static:MB:DELAY_US, aimd, oracle")
+    raise InputError(
+        f"unknown --policy {policy!r}; use tailtune, triton-default, static:MB:DELAY_US, aimd, oracle, min-cost, "
+        "static-max"
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _sweep(setup: Setup, replicas: int) -> tuple[tuple[tuple[int, int], Floats, Floats], ...]:
+    """Each config of the sweep held static at `replicas` over the trace: (config, per-window goodput, percentile).
+    Kept for the next caller: the oracle and min-cost both read the sweep at the most replicas."""
+    out = []
+    for mb, delay in sweep_configs(setup):
+        good, pct = windows_goodput(run_static(setup, mb, delay, replicas, f"static:{mb}:{delay}"), setup)
+        out.append(((mb, delay), good, pct))
+    return tuple(out)
 
 
 def oracle_windows(setup: Setup) -> tuple[Floats, Floats, list[tuple[int, int]]]:
@@ -372,9 +402,7 @@ def oracle_windows(setup: Setup) -> tuple[Floats, Floats, list[tuple[int, int]]]
     best_good: Floats | None = None
     best_pct: Floats | None = None
     best_cfg: list[tuple[int, int]] = []
-    for mb, delay in sweep_configs(setup):
-        run = run_static(setup, mb, delay, setup.replicas_max, f"static:{mb}:{delay}")
-        good, pct = windows_goodput(run, setup)
+    for (mb, delay), good, pct in _sweep(setup, setup.replicas_max):
         if best_good is None or best_pct is None:
             best_good, best_pct, best_cfg = good, pct, [(mb, delay)] * len(good)
             continue
@@ -384,6 +412,71 @@ def oracle_windows(setup: Setup) -> tuple[Floats, Floats, list[tuple[int, int]]]
         best_cfg = [(mb, delay) if b else c for b, c in zip(better, best_cfg, strict=True)]
     assert best_good is not None and best_pct is not None
     return best_good, best_pct, best_cfg
+
+
+def min_cost_plan(setup: Setup) -> list[tuple[int, int, int]]:
+    """Per window (replicas, max batch, delay): the fewest replicas at which a config of the sweep, held static
+    over the trace at that count, holds the SLO on the window, and such a config (the window before's where it
+    holds too, so nothing reloads for nothing; else the one with the most goodput). Where none holds at the most
+    replicas, the oracle's choice: the most replicas and the most goodput."""
+    n = round(setup.end_s / setup.interval_s)
+    # Per window, its count and the configs that hold there with their goodput; counts rise until all are found.
+    found: list[tuple[int, list[tuple[tuple[int, int], float]]] | None] = [None] * n
+    for replicas in range(1, setup.replicas_max + 1):
+        sweep = _sweep(setup, replicas)
+        for w in range(n):
+            if found[w] is None:
+                holding = [(cfg, float(good[w])) for cfg, good, pct in sweep if pct[w] <= setup.slo_ms]
+                if holding:
+                    found[w] = (replicas, holding)
+        if all(f is not None for f in found):
+            break
+    plan: list[tuple[int, int, int]] = []
+    prev: tuple[int, int] | None = None
+    for w, chosen in enumerate(found):
+        if chosen is None:  # nothing holds: the configs with the most goodput at the most replicas
+            at_top = [(cfg, float(good[w])) for cfg, good, _ in _sweep(setup, setup.replicas_max)]
+            most = max(g for _, g in at_top)
+            chosen = (setup.replicas_max, [(cfg, g) for cfg, g in at_top if g >= most - 1e-9])
+        replicas, options = chosen
+        most = max(g for _, g in options)
+        cfg = prev if prev in [c for c, _ in options] else next(c for c, g in options if g == most)
+        plan.append((replicas, *cfg))
+        prev = cfg
+    return plan
+
+
+def run_min_cost(setup: Setup) -> Run:
+    """`min_cost_plan` replayed in the simulator: each window's replicas requested one pod start ahead of it (held
+    until its end), its config applied at its start."""
+    plan = min_cost_plan(setup)
+    n, iv = len(plan), setup.interval_s
+    arr = _arrivals(setup)
+
+    def window(t: float) -> int:
+        return min(n - 1, int(t / iv + 1e-9))
+
+    def held(t: float, lead: float) -> int:
+        # The windows under way at t or starting within one pod start of it.
+        return max(plan[w][0] for w in range(window(t), window(t + lead) + 1))
+
+    lead = setup.pod_start_s
+    knob = (plan[0][1], plan[0][2], held(0.0, lead))
+    sim = _cluster(setup, arr, _batching(knob[0], knob[1]), knob[2])
+    run = Run("min-cost", arr, np.empty(0), [(0.0, *knob)])
+    starts = [w * iv for w in range(n)]
+    for t in sorted({*starts, *(max(0.0, a - lead) for a in starts)} - {0.0}):
+        if t >= setup.end_s:
+            break
+        sim.advance(t)
+        _, mb, delay = plan[window(t)]
+        new = (mb, delay, held(t, lead))
+        if new != knob:
+            knob = new
+            sim.apply(_batching(mb, delay), knob[2])
+            run.changes += 1
+            run.knobs.append((t, *knob))
+    return _finish(run, sim, setup)
 
 
 def step_windows(setup: Setup) -> set[int]:
@@ -406,10 +499,13 @@ def summarize(setup: Setup, policy: str, run: Run | None = None) -> dict[str, An
         knobs = [(i * setup.interval_s, mb, d, setup.replicas_max) for i, (mb, d) in enumerate(cfgs)]
         changes = sum(1 for i in range(1, len(cfgs)) if cfgs[i] != cfgs[i - 1])
         codes: list[tuple[float, str, str]] = []
+        # It holds every replica from the start, all of them ready.
+        replica_seconds = ready_seconds = setup.replicas_max * setup.end_s
     else:
         run = run or run_policy(setup, policy)
         good, pct = windows_goodput(run, setup)
         knobs, changes, codes = run.knobs, run.changes, run.codes
+        replica_seconds, ready_seconds = run.replica_seconds, run.replica_seconds_ready
     n = len(good)
     in_slo = pct <= setup.slo_ms
     steps = step_windows(setup)
@@ -457,6 +553,8 @@ def summarize(setup: Setup, policy: str, run: Run | None = None) -> dict[str, An
         "windows_in_slo_excluding_steps": int(sum(1 for w in keep if in_slo[w])),
         "changes": changes,
         "settle_intervals": settle,
+        "replica_seconds": round(replica_seconds, 3),
+        "replica_seconds_ready": round(ready_seconds, 3),
         "final": {"max_batch": final["max_batch"], "delay_us": final["delay_us"], "replicas": final["replicas"]},
         "timeline": timeline,
     }
@@ -488,6 +586,7 @@ def plot(setup: Setup, summaries: Sequence[dict[str, Any]], path: Path, title: s
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
+    replicas_ax = axes[2].twinx()  # a few replicas beside max batches of hundreds: their own scale
     for i, s in enumerate(summaries):
         tl = s["timeline"]
         xs = [r["t_s"] + setup.interval_s for r in tl]
@@ -499,9 +598,10 @@ def plot(setup: Setup, summaries: Sequence[dict[str, Any]], path: Path, title: s
         axes[0].plot(xs, p_ms, label=s["policy"], **line)
         axes[1].plot(xs, [r["goodput_rps"] for r in tl], label=s["policy"], **line)
         axes[2].step(xs, [r["max_batch"] for r in tl], where="pre", label=f"{s['policy']} max batch", **line)
-        if s["policy"] == "tailtune":
+        if s["policy"] in ("tailtune", "min-cost"):  # the policies that scale
             reps = [r["replicas"] for r in tl]
-            axes[2].step(xs, reps, where="pre", color=color, linestyle=":", label="tailtune replicas")
+            label = f"{s['policy']} replicas ({s.get('replica_seconds', 0):.0f} replica-s)"
+            replicas_ax.step(xs, reps, where="pre", color=color, linestyle=":", label=label)
     if summaries:
         tl = summaries[0]["timeline"]
         xs = [r["t_s"] + setup.interval_s for r in tl]
@@ -511,7 +611,12 @@ def plot(setup: Setup, summaries: Sequence[dict[str, Any]], path: Path, title: s
     axes[0].set_ylim(bottom=0)  # latencies are never negative: no mirrored half of the symlog axis
     axes[0].set_ylabel(f"P{setup.percentile:g} of arrivals (ms)")
     axes[1].set_ylabel("goodput (req/s in SLO)")
-    axes[2].set_ylabel("max batch / replicas")
+    axes[2].set_ylabel("max batch")
+    replicas_ax.set_ylabel("replicas (dotted)")
+    replicas_ax.set_ylim(bottom=0)
+    replicas_ax.yaxis.get_major_locator().set_params(integer=True)
+    if replicas_ax.lines:
+        replicas_ax.legend(fontsize=7, loc="upper right")
     axes[2].set_xlabel("time (s)")
     for ax in axes:
         ax.legend(fontsize=7, loc="upper left")
