@@ -14,4 +14,32 @@ echo "[test] mypy";         mypy tailtune devkit
 echo "[test] import-linter"; lint-imports
 echo "[test] CRD current";   tailtune crds --check
 echo "[test] pytest"
-exec pytest -q -rs "$@"
+if [ $# -gt 0 ]; then exec pytest -q -rs "$@"; fi
+
+# The whole suite as two pytest sessions side by side: the real-tritonserver tests (tests/demo, tests/triton:
+# mostly waiting on 60 s canary windows, Triton's fixed summary window) beside everything else (unit, real
+# Prometheus, the local cluster's e2e, chart, README). One after the other they took ~20 minutes on 2 cores, most
+# of it waiting; side by side each waits while the other computes. Each session owns its real components (its own
+# clusters, servers and ports) and tears them down on its own. The first session's output goes to a log file,
+# printed when both are done; its failures make this command fail as the second's do.
+logs=.cache/test-logs
+mkdir -p "$logs"
+triton_log="$logs/triton-and-demo.log"
+echo "[test] tests/demo and tests/triton run beside the rest; their output: $triton_log"
+pytest -q -rs tests/demo tests/triton >"$triton_log" 2>&1 &
+triton_pid=$!
+pytest -q -rs tests --ignore=tests/demo --ignore=tests/triton &
+rest_pid=$!
+# SIGTERM/SIGINT/SIGHUP reach both sessions (each unwinds its fixtures: tests/conftest.py); this script waits for
+# their cleanup. (Background jobs of a script ignore SIGINT, so Ctrl-C is passed on as SIGTERM.)
+stop() { kill -TERM "$triton_pid" "$rest_pid" 2>/dev/null || true; }
+trap stop TERM INT HUP
+rest_rc=0; triton_rc=0
+wait "$rest_pid" || rest_rc=$?
+wait "$triton_pid" || triton_rc=$?
+# A signal interrupts `wait` (status > 128) before the session has ended: wait again for its cleanup.
+while kill -0 "$rest_pid" 2>/dev/null || kill -0 "$triton_pid" 2>/dev/null; do sleep 1; done
+echo "[test] tests/demo and tests/triton (from $triton_log):"
+if [ "$triton_rc" -eq 0 ]; then tail -n 25 "$triton_log"; else cat "$triton_log"; fi
+echo "[test] exit codes: rest $rest_rc, tests/demo + tests/triton $triton_rc"
+[ "$rest_rc" -eq 0 ] && [ "$triton_rc" -eq 0 ]
