@@ -19,12 +19,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 import yaml
 
 from devkit.cluster import LocalCluster, state_dir
+
+if TYPE_CHECKING:
+    from tests.e2e.test_operator import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SH = REPO / "hack" / "cluster" / "build.sh"
@@ -238,6 +241,22 @@ def crd_installed(cluster: Cluster) -> list[str]:
     for name in names:
         cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
     return names
+
+
+@pytest.fixture(scope="module")
+def operator(
+    cluster: Cluster, crd_installed: list[str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """The operator (`tailtune operator`, a process of its own) for one test module; its log is printed after the
+    module with TAILTUNE_E2E_VERBOSE=1. A module that needs another (an HA pair, other flags) starts its own."""
+    from tests.e2e.test_operator import OperatorProcess
+
+    op = OperatorProcess(cluster, tmp_path_factory.mktemp("operator") / "operator.log")
+    op.start()
+    yield op
+    op.stop()
+    if os.environ.get("TAILTUNE_E2E_VERBOSE"):
+        print(op.log_tail(200))
 
 
 @pytest.fixture

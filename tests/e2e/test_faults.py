@@ -47,18 +47,6 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def operator(
-    cluster: Cluster, crd_installed: list[str], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(cluster, tmp_path_factory.mktemp("operator") / "operator.log")
-    op.start()
-    yield op
-    op.stop()
-    if os.environ.get("TAILTUNE_E2E_VERBOSE"):
-        print(op.log_tail(200))
-
-
 def events(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
     """Events on the InferenceService `name`, oldest first."""
     found = cluster.get("events", namespace=namespace)["items"]

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import copy
-import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,18 +64,6 @@ class OperatorProcess:
     def log_tail(self, n: int = 60) -> str:
         lines = self.log_path.read_text(errors="replace").splitlines() if self.log_path.exists() else []
         return "\n".join(lines[-n:])
-
-
-@pytest.fixture(scope="module")
-def operator(
-    cluster: Cluster, crd_installed: list[str], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(cluster, tmp_path_factory.mktemp("operator") / "operator.log")
-    op.start()
-    yield op
-    op.stop()
-    if os.environ.get("TAILTUNE_E2E_VERBOSE"):
-        print(op.log_tail(200))
 
 
 def engine_store(cluster: Cluster, namespace: str) -> None:

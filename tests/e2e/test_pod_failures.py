@@ -9,9 +9,7 @@ status alone), and pods that end Failed without ever being Ready (kwok's `pod-fa
 from __future__ import annotations
 
 import json
-import os
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -34,18 +32,6 @@ TRITON_TAIL = (
     f"E0612 09:41:07.412345 1 model_lifecycle.cc:654] {LOAD_ERROR}\n"
     "error: creating server: Internal - failed to load all models\n"
 )
-
-
-@pytest.fixture(scope="module")
-def operator(
-    cluster: Cluster, crd_installed: list[str], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(cluster, tmp_path_factory.mktemp("operator") / "operator.log")
-    op.start()
-    yield op
-    op.stop()
-    if os.environ.get("TAILTUNE_E2E_VERBOSE"):
-        print(op.log_tail(200))
 
 
 def _crash_loop(cluster: Cluster, namespace: str, pod: dict[str, Any], restarts: int) -> None:

@@ -10,9 +10,7 @@ mode: the kwok pods run no Triton, so the hot path (a canary aborted, pods reloa
 from __future__ import annotations
 
 import json
-import os
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -27,18 +25,6 @@ if TYPE_CHECKING:
     from tests.e2e.conftest import Cluster
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def operator(
-    cluster: Cluster, crd_installed: list[str], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(cluster, tmp_path_factory.mktemp("operator") / "operator.log")
-    op.start()
-    yield op
-    op.stop()
-    if os.environ.get("TAILTUNE_E2E_VERBOSE"):
-        print(op.log_tail(200))
 
 
 def test_bounds_patched_below_the_config_in_force_clamp_it_and_keep_the_replicas(
