@@ -324,8 +324,39 @@ class QueuePolicy(Model):
     timeout_microseconds: Annotated[int, Field(ge=0, description="0 = no timeout.")] = 0
 
 
+SHEDDING_WITH_TIMEOUT = (
+    "serving.shedding.enabled sets Triton's queue timeout from the SLO: leave serving.queuePolicy.timeoutMicroseconds "
+    "at 0, or turn shedding off to keep a timeout of your own"
+)
+
+
+class Shedding(Model):
+    """Opt-in load shedding: Triton rejects a request at once when it can no longer be answered within the SLO."""
+
+    enabled: Annotated[
+        bool,
+        Field(
+            description="Set Triton's default queue policy to reject (timeout_action REJECT) a request whose queue "
+            "wait passes slo.latencyMs minus what its batch can still take: serving.instancesPerGpu x the engine's "
+            "measured service time at the max batch in force (status.serviceTime, the build's points) and 10 % more "
+            "for its spread, never below a light load's wait (the batch delay and one single-request batch); the "
+            "whole SLO while no time is measured. Recomputed with every batching change (it reloads with it). A "
+            "rejected request gets an error at once instead of a late answer, and counts in Triton's "
+            "nv_inference_request_failure, not in the latency. Off: a request waits as long as it takes."
+        ),
+    ] = False
+
+
 class Serving(Model):
     """How Triton is deployed."""
+
+    cel = (
+        (
+            "!self.shedding.enabled || self.queuePolicy.timeoutMicroseconds == 0",
+            SHEDDING_WITH_TIMEOUT,
+            ".shedding.enabled",
+        ),
+    )
 
     triton_image: Annotated[str, Field(min_length=1, description="Triton Inference Server image.")] = (
         DEFAULT_TRITON_IMAGE
@@ -337,6 +368,9 @@ class Serving(Model):
     ] = 1
     batching: Annotated[Batching, Field(description="Initial dynamic batching; the tuner moves it.")] = Batching()
     queue_policy: Annotated[QueuePolicy, Field(description="Triton queue policy.")] = QueuePolicy()
+    shedding: Annotated[
+        Shedding, Field(description="Load shedding: reject what can no longer meet the SLO (off by default).")
+    ] = Shedding()
     resources: Annotated[ResourceRequirements, Field(description="CPU/memory resources.")] = ResourceRequirements()
     node_selector: Annotated[dict[str, str], Field(description="Extra node selector.")] = Field(default_factory=dict)
     tolerations: Annotated[list[Toleration], Field(description="Pod tolerations.")] = Field(default_factory=list)
@@ -346,6 +380,12 @@ class Serving(Model):
     pod_annotations: Annotated[dict[str, str], Field(description="Annotations added to serving pods.")] = Field(
         default_factory=dict
     )
+
+    @model_validator(mode="after")
+    def _shedding_owns_the_timeout(self) -> Serving:
+        if self.shedding.enabled and self.queue_policy.timeout_microseconds != 0:
+            raise ValueError(SHEDDING_WITH_TIMEOUT)
+        return self
 
 
 class Warmup(Model):

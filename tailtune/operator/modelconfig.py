@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from tailtune.api.v1alpha1 import Batching, InferenceService, QueuePolicy, TensorSpec
 from tailtune.operator.observed import EngineInfo
 from tailtune.triton.config import InstanceGroup, ModelConfigInput, render_json, render_pbtxt
+from tailtune.tuner.servicetime import Curve, CurvePoint
+from tailtune.tuner.shedding import shed_timeout_us
 
 
 class EngineIOUnknown(ValueError):
@@ -89,7 +91,7 @@ def model_config_input(isvc: InferenceService, batching: Batching, info: EngineI
         raise EngineIOUnknown(
             "the engine's inputs/outputs are unknown (no build report); set spec.model.inputs and spec.model.outputs"
         )
-    queue_policy = spec.serving.queue_policy
+    queue_policy = queue_policy_in_force(isvc, batching, info)
     return ModelConfigInput(
         name=isvc.model_name,
         runtime="tensorrt_plan" if spec.engine.backend == "tensorrt" else "onnxruntime",
@@ -102,6 +104,22 @@ def model_config_input(isvc: InferenceService, batching: Batching, info: EngineI
         warmup=spec.warmup,
         warmup_dims=_warmup_dims(inputs, info.inputs if info else ()),
     )
+
+
+def queue_policy_in_force(isvc: InferenceService, batching: Batching, info: EngineInfo | None) -> QueuePolicy:
+    """spec.serving.queuePolicy, its timeout set from the SLO under `batching` when spec.serving.shedding is on.
+
+    The service time is the build's curve at the max batch in force (`info.service_time`): measured once per engine,
+    so the timeout moves only with the batching, never with a live reading between two reloads.
+    """
+    serving = isvc.spec.serving
+    if not serving.shedding.enabled:
+        return serving.queue_policy
+    points = info.service_time if info is not None else ()
+    curve = Curve([CurvePoint(batch=p.batch, ms=p.ms, samples=p.samples, source="build") for p in points])
+    service_ms = (curve.ms(1), curve.ms(batching.max_batch_size)) if curve else None
+    timeout = shed_timeout_us(isvc.spec.slo.latency_ms, batching, service_ms, serving.instances_per_gpu)
+    return serving.queue_policy.model_copy(update={"timeout_microseconds": timeout})
 
 
 def _warmup_dims(inputs: Sequence[TensorSpec], built: Sequence[TensorSpec]) -> dict[str, tuple[int, ...]]:

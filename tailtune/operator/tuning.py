@@ -103,6 +103,7 @@ def policy_for(isvc: InferenceService, build_curve: tuple[CurvePoint, ...] = ())
         build_curve=build_curve,
         # Triton refuses a warmup batch above max_batch_size: the tuner never goes below the largest.
         warmup_max=max(spec.warmup.batch_sizes, default=1),
+        shedding=spec.serving.shedding.enabled,
     )
 
 

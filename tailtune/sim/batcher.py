@@ -8,6 +8,9 @@ Semantics, as in Triton's dynamic batch scheduler:
   queued, up to max_batch, goes) or until the queue reaches the next preferred size or max_batch;
 - with delay 0 the oldest has always waited long enough: a free instance takes what is queued;
 - with max_queue_size > 0, a request arriving to a full queue is rejected;
+- with a queue timeout (Triton's `default_queue_policy`, timeout_action REJECT), the batcher, whenever it looks at
+  the queue, rejects the requests that have waited longer than the timeout (queue time only: a dispatched request
+  runs to its end); they are counted apart (`shed`);
 - N instances pull batches independently but execute on one device, one batch at a time, in order
   (as on the emulated accelerator); Triton's compute time then includes the wait for the device;
 - a config change (hot reload) applies to batches formed after it and pauses new batches briefly.
@@ -61,6 +64,7 @@ class Replica:
         *,
         instances: int = 1,
         max_queue_size: int = 0,
+        queue_timeout_s: float = 0.0,
         ready_at: float = 0.0,
         reload_pause_s: float = 0.0,
         noise_sigma: float = 0.0,
@@ -70,6 +74,7 @@ class Replica:
         self.batching = batching
         self.ready_at = ready_at
         self._max_queue = max_queue_size
+        self._timeout_s = queue_timeout_s  # 0: none, as Triton's default_timeout_microseconds
         self._reload_pause_s = reload_pause_s
         self._noise_sigma = noise_sigma
         self._rng = rng or np.random.default_rng(0)
@@ -81,6 +86,9 @@ class Replica:
         self._queue = array.array("q")  # admitted arrival indices, in order; [head:] still queued
         self._head = 0
         self._rejected: list[float] = []
+        # Requests the queue timeout rejected: their arrivals, and when the batcher rejected them (both sorted).
+        self._shed_arr = array.array("d")
+        self._shed_at = array.array("d")
         # Per batch, in dispatch order (so completion times are sorted): size, dispatch, completion.
         self._b_size = array.array("q")
         self._b_start = array.array("d")
@@ -101,9 +109,10 @@ class Replica:
         """Route more arrivals here; all later than those already routed."""
         self._arr.frombytes(np.ascontiguousarray(times, dtype=np.float64).tobytes())
 
-    def set_batching(self, batching: Batching, at: float) -> None:
-        """Hot reload at time `at` (the replica must have run until `at`)."""
+    def set_batching(self, batching: Batching, at: float, queue_timeout_s: float = 0.0) -> None:
+        """Hot reload at time `at` (the replica must have run until `at`), with the queue timeout of the new config."""
         self.batching = batching
+        self._timeout_s = queue_timeout_s
         self._paused_until = max(self._paused_until, at + self._reload_pause_s)
 
     def run_until(self, t_end: float) -> None:
@@ -121,6 +130,8 @@ class Replica:
             if now >= t_end:
                 return
             self._admit(now)
+            if self._timeout_s > 0:
+                self._expire(now)
             queued = len(queue) - self._head
             if queued == 0:
                 if self._scan >= n_arr or arr[self._scan] >= t_end:
@@ -162,6 +173,17 @@ class Replica:
         if take < new:
             self._rejected.extend(self._arr[self._scan + take : j])
         self._scan = j
+
+    def _expire(self, now: float) -> None:
+        """Reject the queued requests that have waited past the queue timeout by `now` (the oldest first: a prefix
+        of the queue). Only the queued tail of the array moves."""
+        queue, head = self._queue, self._head
+        late = bisect.bisect_left(queue, now - self._timeout_s, head, key=self._arr.__getitem__) - head
+        if late <= 0:
+            return
+        self._shed_arr.extend(self._arr[i] for i in queue[head : head + late])
+        self._shed_at.extend([now] * late)
+        del queue[head : head + late]
 
     def _dispatch(self, now: float, size: int) -> None:
         self._head += size
@@ -222,7 +244,14 @@ class Replica:
         served = everything[queue[: self._head]]
         latency = np.repeat(_view(self._b_fin, np.float64), _view(self._b_size, np.int64))
         latency -= served
-        lost = np.concatenate([everything[queue[self._head :]], everything[self._scan :], np.asarray(self._rejected)])
+        lost = np.concatenate(
+            [
+                everything[queue[self._head :]],
+                everything[self._scan :],
+                np.asarray(self._rejected),
+                _view(self._shed_arr, np.float64),
+            ]
+        )
         return np.concatenate([served, lost]), np.concatenate([latency, np.full(len(lost), np.inf)])
 
     def pending(self, t: float) -> int:
@@ -230,9 +259,17 @@ class Replica:
         arrived = bisect.bisect_right(self._arr, t)
         batches = bisect.bisect_right(self._b_start, t)
         dispatched = self._b_first[batches]
-        return arrived - dispatched - bisect.bisect_right(self._rejected, t)
+        return arrived - dispatched - bisect.bisect_right(self._rejected, t) - bisect.bisect_right(self._shed_at, t)
 
     @property
     def rejected(self) -> int:
         """Requests rejected by a full queue so far."""
         return len(self._rejected)
+
+    def shed(self) -> Floats:
+        """Arrival times of the requests the queue timeout rejected so far, in order (a copy)."""
+        return np.array(self._shed_arr, dtype=np.float64)
+
+    def shed_between(self, start: float, end: float) -> int:
+        """Requests the queue timeout rejected in [start, end) (as Triton's failure counter counts them)."""
+        return bisect.bisect_left(self._shed_at, end) - bisect.bisect_left(self._shed_at, start)

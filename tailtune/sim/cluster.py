@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -69,6 +70,7 @@ class SimCluster:
         *,
         instances: int = 1,
         max_queue_size: int = 0,
+        queue_timeout: Callable[[Batching], float] | None = None,
         engine_max_batch: int = 128,
         routing: Routing = "round_robin",
         seed: int = 0,
@@ -84,6 +86,8 @@ class SimCluster:
         self._rng = np.random.default_rng(seed)
         self._instances = instances
         self._max_queue = max_queue_size
+        # The queue timeout (s) each batching config carries (load shedding); None: no timeout.
+        self._queue_timeout = queue_timeout
         self._noise = noise_sigma
         self._reload_pause_s = reload_pause_s
         self._startup_s = startup_s
@@ -103,6 +107,7 @@ class SimCluster:
             self.batching,
             instances=self._instances,
             max_queue_size=self._max_queue,
+            queue_timeout_s=self._timeout_s(self.batching),
             ready_at=ready_at,
             reload_pause_s=self._reload_pause_s,
             noise_sigma=self._noise,
@@ -111,6 +116,9 @@ class SimCluster:
         self._all.append(rep)
         self._leases.append(_Lease(requested=self.now, ready=ready_at))
         self._active.append(rep)
+
+    def _timeout_s(self, batching: Batching) -> float:
+        return self._queue_timeout(batching) if self._queue_timeout is not None else 0.0
 
     @property
     def replicas(self) -> int:
@@ -172,7 +180,7 @@ class SimCluster:
         if batching != self.batching:
             self.batching = batching
             for rep in self._all:
-                rep.set_batching(batching, self.now)
+                rep.set_batching(batching, self.now, self._timeout_s(batching))
         while len(self._active) < replicas:
             self._add_replica(ready_at=self.now + self._startup_s)
         while len(self._active) > max(1, replicas):
@@ -259,3 +267,7 @@ class SimCluster:
     def rejected(self) -> int:
         """Requests rejected by full queues."""
         return sum(r.rejected for r in self._all)
+
+    def shed(self) -> Times:
+        """Arrival times of the requests the queue timeout rejected (load shedding), sorted."""
+        return np.sort(np.concatenate([r.shed() for r in self._all] + [np.empty(0)]))

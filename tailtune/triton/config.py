@@ -213,6 +213,8 @@ def build_model_config(inp: ModelConfigInput) -> ModelConfig:
         qp.max_queue_size = inp.queue_policy.max_queue_size
         qp.default_timeout_microseconds = inp.queue_policy.timeout_microseconds
         qp.timeout_action = model_config_pb2.ModelQueuePolicy.TimeoutAction.Value("REJECT")
+        # Off: a request's own timeout never replaces the config's (Triton would let it shorten it).
+        qp.allow_timeout_override = False
     if inp.warmup is not None:
         for b in inp.warmup.batch_sizes:
             sample = cfg.model_warmup.add()

@@ -4,7 +4,7 @@
       [--policy tailtune|triton-default|static:MAXBATCH:DELAY_US|aimd|oracle|min-cost|static-max]
       [--start-max-batch N]
       [--instances N] [--replicas-max N] [--interval-s S] [--p99-noise FRACTION] [--gap START_S:WINDOWS]
-      [--seed S] [--duration-s S] [--json] [--plot FILE.png]
+      [--seed S] [--duration-s S] [--shed] [--json] [--plot FILE.png]
 
 CURVE.csv: header `batch,ms`, measured points (linear between them; a stepwise curve is given as points);
 its largest batch is the engine's max. TRACE.csv: header `t_s,rate_rps`, a piecewise-constant Poisson rate;
@@ -57,6 +57,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--duration-s", type=float, default=None, help="stop earlier than the trace")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG of the run")
+    p.add_argument(
+        "--shed",
+        action="store_true",
+        help="load shedding (spec.serving.shedding): reject a request whose queue wait passes the SLO minus t(max "
+        "batch in force); the JSON's rejected_share counts them (never answered, so never in goodput)",
+    )
     return p
 
 
@@ -116,6 +122,7 @@ def _setup(args: argparse.Namespace) -> Setup:
         gap=gap,
         seed=args.seed,
         duration_s=args.duration_s,
+        shed=args.shed,
     )
     end = setup.end_s
     expected = sum(rate * (min(b, end) - a) for a, b, rate in setup.segments if a < end)
@@ -157,7 +164,9 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         f"{s['policy']} on {s['curve']}: goodput {s['goodput_rps']:.1f} of {s['offered_rps']:.1f} req/s offered; "
         f"{s['windows_in_slo']}/{s['windows']} windows in SLO ({s['windows_in_slo_excluding_steps']}/"
         f"{s['windows_excluding_steps']} outside steps); {s['changes']} changes; settled in "
-        f"{s['settle_intervals']} intervals; {s['replica_seconds']:.0f} replica-seconds; final {s['final']}",
+        f"{s['settle_intervals']} intervals; {s['replica_seconds']:.0f} replica-seconds; "
+        + (f"{100 * s['rejected_share']:.2f} % rejected by shedding; " if s["shedding"] else "")
+        + f"final {s['final']}",
         file=stream,
     )
     return 0

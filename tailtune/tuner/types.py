@@ -13,7 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tailtune.api.v1alpha1 import Batching, Replicas, Slo, Tuning
-from tailtune.tuner.servicetime import BatchSample, CurvePoint
+from tailtune.tuner.servicetime import BatchSample, Curve, CurvePoint
+from tailtune.tuner.shedding import shed_batch_max
 
 # Triton's latency summaries cover a fixed sliding 60 s, whatever the SLO window.
 SUMMARY_WINDOW_SECONDS = 60.0
@@ -110,9 +111,17 @@ class Policy(_Frozen):
         instances: int = 1,
         build_curve: tuple[CurvePoint, ...] = (),
         warmup_max: int = 1,
+        shedding: bool = False,
     ) -> Policy:
-        """Build the policy from the spec; the engine's max batch caps the tuning range."""
+        """Build the policy from the spec; the engine's max batch caps the tuning range, and with `shedding`
+        (spec.serving.shedding) so does `shed_batch_max` on the build's curve (never below the spec's min nor the
+        largest warmup batch)."""
         batch_max = max(1, min(tuning.max_batch_size.max, engine_max_batch))
+        if shedding and build_curve:
+            cap = shed_batch_max(
+                slo.latency_ms, Curve(build_curve).ms, instances, batch_max, tuning.queue_delay_microseconds.min
+            )
+            batch_max = max(cap, min(max(tuning.max_batch_size.min, warmup_max, 1), batch_max))
         return cls(
             slo_ms=slo.latency_ms,
             percentile=slo.percentile,

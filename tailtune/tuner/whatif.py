@@ -27,7 +27,7 @@ import bisect
 import csv
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -41,7 +41,8 @@ from tailtune.sim import SimCluster
 from tailtune.sim.arrivals import piecewise_poisson
 from tailtune.sim.curves import PiecewiseCurve
 from tailtune.tuner.loop import tune_once
-from tailtune.tuner.servicetime import CurvePoint, ladder
+from tailtune.tuner.servicetime import Curve, CurvePoint, ladder
+from tailtune.tuner.shedding import shed_batch_max, shed_timeout_us
 from tailtune.tuner.simobs import observation_from_sim
 from tailtune.tuner.types import TAIL_SHARE, Decision, InForce, Observation, Policy, TunerState
 
@@ -141,6 +142,7 @@ class Setup:
     headroom: float = 0.8
     service_noise: float = 0.03
     pod_start_s: float = 30.0  # a scale-out's replicas serve this long after the request (the simulator's pod start)
+    shed: bool = False  # load shedding: Triton's queue timeout from the SLO under the batching in force
 
     @property
     def end_s(self) -> float:
@@ -180,6 +182,7 @@ class Run:
     codes: list[tuple[float, str, str]] = field(default_factory=list)  # (t, reason code, reason)
     replica_seconds: float = 0.0  # over the trace, from each replica's request until it is let go
     replica_seconds_ready: float = 0.0  # the same, from each replica's readiness
+    shed: Floats = field(default_factory=lambda: np.empty(0))  # arrivals rejected by the queue timeout (shedding)
 
 
 def _arrivals(setup: Setup) -> Floats:
@@ -198,7 +201,20 @@ def _cluster(setup: Setup, arrivals: Floats, batching: Batching, replicas: int) 
         seed=setup.seed,
         noise_sigma=setup.service_noise,
         startup_s=setup.pod_start_s,
+        queue_timeout=shed_timeout(setup) if setup.shed else None,
     )
+
+
+def shed_timeout(setup: Setup) -> Callable[[Batching], float]:
+    """The queue timeout (s) shedding sets under each batching, as the operator renders it: the SLO, the build's
+    ladder of the curve at the max batch in force, the instances."""
+    curve = Curve(policy_for(setup).build_curve)
+
+    def timeout_s(batching: Batching) -> float:
+        service_ms = (curve.ms(1), curve.ms(batching.max_batch_size))
+        return shed_timeout_us(setup.slo_ms, batching, service_ms, setup.instances) / 1e6
+
+    return timeout_s
 
 
 def _batching(max_batch: int, delay_us: int = 0) -> Batching:
@@ -210,6 +226,7 @@ def _finish(run: Run, sim: SimCluster, setup: Setup) -> Run:
     sim.advance(setup.end_s)
     run.replica_seconds = sim.replica_seconds(setup.end_s)
     run.replica_seconds_ready = sim.replica_seconds(setup.end_s, ready_only=True)
+    run.shed = sim.shed()
     sim.advance(setup.end_s + 60.0)  # what is still queued then is lost
     run.arrivals, run.latency = sim.outcomes()
     return run
@@ -226,6 +243,8 @@ def policy_for(setup: Setup) -> Policy:
     """The tuner's policy for a setup: bounds from the curve and the replicas, the build's ladder as prior."""
     top = setup.curve.engine_max
     build = tuple(CurvePoint(batch=b, ms=setup.curve.ms(b), samples=1, source="build") for b in ladder(top))
+    # With shedding, as the operator's policy: no max batch whose timeout would sit at its floor.
+    cap = max(1, shed_batch_max(setup.slo_ms, Curve(build).ms, setup.instances, top)) if setup.shed else top
     return Policy(
         slo_ms=setup.slo_ms,
         percentile=setup.percentile,
@@ -233,7 +252,7 @@ def policy_for(setup: Setup) -> Policy:
         interval_seconds=setup.interval_s,
         cooldown_seconds=setup.interval_s,
         batch_min=1,
-        batch_max=top,
+        batch_max=cap,
         delay_min_us=0,
         delay_max_us=20_000,
         headroom=setup.headroom,
@@ -357,6 +376,27 @@ def windows_goodput(run: Run, setup: Setup) -> tuple[Floats, Floats]:
             good[w] = float(np.count_nonzero(lat * 1000 <= setup.slo_ms))
             pct[w] = float(np.percentile(lat, setup.percentile, method="higher")) * 1000
     return good / setup.interval_s, pct
+
+
+def windows_answered(run: Run, setup: Setup) -> tuple[Floats, Floats]:
+    """Per window of arrivals: the percentile latency (ms) of the requests answered (nan where none was), and the
+    share of its arrivals the queue timeout rejected (shedding). Arrivals are in order (`SimCluster.outcomes`)."""
+    n = round(setup.end_s / setup.interval_s)
+
+    def window(times: Floats) -> npt.NDArray[np.int64]:
+        return np.minimum((times // setup.interval_s).astype(np.int64), n - 1)
+
+    idx = window(run.arrivals)
+    shed = np.bincount(window(run.shed), minlength=n)[:n]
+    share = shed / np.maximum(np.bincount(idx, minlength=n)[:n], 1)
+    answered = np.isfinite(run.latency)
+    idx, latency = idx[answered], run.latency[answered]
+    bounds = np.searchsorted(idx, np.arange(n + 1), side="left")
+    pct = np.full(n, np.nan)
+    for w in range(n):
+        if bounds[w + 1] > bounds[w]:
+            pct[w] = float(np.percentile(latency[bounds[w] : bounds[w + 1]], setup.percentile, method="higher")) * 1000
+    return pct, share
 
 
 def run_policy(setup: Setup, policy: str) -> Run:
@@ -501,11 +541,14 @@ def summarize(setup: Setup, policy: str, run: Run | None = None) -> dict[str, An
         codes: list[tuple[float, str, str]] = []
         # It holds every replica from the start, all of them ready.
         replica_seconds = ready_seconds = setup.replicas_max * setup.end_s
+        answered, shed_share, rejected = np.full(len(good), np.nan), np.zeros(len(good)), 0.0  # not replayed
     else:
         run = run or run_policy(setup, policy)
         good, pct = windows_goodput(run, setup)
         knobs, changes, codes = run.knobs, run.changes, run.codes
         replica_seconds, ready_seconds = run.replica_seconds, run.replica_seconds_ready
+        answered, shed_share = windows_answered(run, setup)
+        rejected = len(run.shed) / max(len(run.arrivals), 1)
     n = len(good)
     in_slo = pct <= setup.slo_ms
     steps = step_windows(setup)
@@ -535,6 +578,8 @@ def summarize(setup: Setup, policy: str, run: Run | None = None) -> dict[str, An
                 "delay_us": delay,
                 "replicas": reps,
                 "decision": code,
+                "p_answered_ms": round(float(answered[w]), 3) if math.isfinite(answered[w]) else None,
+                "rejected_share": round(float(shed_share[w]), 4),
             }
         )
     last_step = max(steps) - STEP_WINDOWS if steps else 0
@@ -555,6 +600,8 @@ def summarize(setup: Setup, policy: str, run: Run | None = None) -> dict[str, An
         "settle_intervals": settle,
         "replica_seconds": round(replica_seconds, 3),
         "replica_seconds_ready": round(ready_seconds, 3),
+        "shedding": setup.shed,
+        "rejected_share": round(rejected, 4),
         "final": {"max_batch": final["max_batch"], "delay_us": final["delay_us"], "replicas": final["replicas"]},
         "timeline": timeline,
     }
