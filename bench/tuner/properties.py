@@ -31,6 +31,7 @@ FAMILY_MODULES = (
     "tests/unit/tuner/test_servicetime.py",
     "tests/unit/tuner/test_loop.py",
     "tests/unit/tuner/test_whatif.py",
+    "tests/prometheus/test_fleet_reader.py",  # a real Prometheus (Debian's `prometheus`, with promtool)
 )
 
 

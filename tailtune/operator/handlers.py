@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -29,9 +30,10 @@ from tailtune.operator.status import (
     SERVING_READY,
     SERVING_WATCHED,
 )
-from tailtune.operator.tuning import parse_isvc, read_latency, slo_condition_moved, tune_step
+from tailtune.operator.ticks import FleetReads, read_request, seconds_to_next_tick, tick_phase
+from tailtune.operator.tuning import parse_isvc, slo_condition_moved, tune_step
 from tailtune.triton.stats import BatchStatsReader
-from tailtune.tuner.prom import HttpPromClient, PodWindow, PrometheusReader, Target, read_pod_windows
+from tailtune.tuner.prom import HttpPromClient, PodWindow, Target, read_pod_windows
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,8 @@ class State:
         self.wake: defaultdict[tuple[str, str], asyncio.Event] = defaultdict(asyncio.Event)
         # The tuner state between ticks; the object's annotation is its checkpoint (tailtune.operator.atrest).
         self.memory = TunerMemory()
+        # The ticks' Prometheus reads: those due together go out as one read for the fleet (tailtune.operator.ticks).
+        self.reads = FleetReads()
 
 
 def _state(memo: Any) -> State:
@@ -236,22 +240,6 @@ async def child_changed(body: kopf.Body, type: str | None, memo: Any, logger: ko
             log.warning("reconcile %s/%s after child event: %s %s", namespace, name, exc.status, exc.reason)
 
 
-def prometheus_reader(isvc: InferenceService) -> PrometheusReader:
-    """The latency reader of one InferenceService (every query under `metrics.timeoutSeconds`)."""
-    spec = isvc.spec
-    target = Target(namespace=isvc.metadata.namespace, name=isvc.metadata.name, model=isvc.model_name)
-    return PrometheusReader.connect(
-        spec.metrics.prometheus_url,
-        target,
-        spec.slo.percentile,
-        spec.slo.window_seconds,
-        latency_query=spec.metrics.latency_query,
-        timeout_seconds=spec.metrics.timeout_seconds,
-        other_percentiles=tuple(p for p, _ in spec.slo.other_targets()),
-        breakdown=True,
-    )
-
-
 class PodWindows:
     """Each Triton pod's own latency window from Prometheus, for judging a canary (`rollout.PodReader`)."""
 
@@ -270,8 +258,9 @@ class PodWindows:
 async def tuner_tick(state: State, namespace: str, name: str) -> float:
     """One tuner tick; returns the seconds until the next one (the spec's interval).
 
-    Prometheus is read before the per-object lock is taken: a slow or hanging Prometheus delays this tuner
-    by at most its timeouts and never holds up a reconcile. At most one tick per object is in flight.
+    Prometheus is read before the per-object lock is taken, in the read of the ticks due with this one
+    (`ticks.FleetReads`): a slow or hanging Prometheus delays this tuner by at most its timeouts and never holds up a
+    reconcile. At most one tick per object is in flight.
     """
     key = (namespace, name)
     raw = await state.cluster.read_isvc(namespace, name)
@@ -283,7 +272,7 @@ async def tuner_tick(state: State, namespace: str, name: str) -> float:
         return interval
     state.ticking.add(key)
     try:
-        read = await asyncio.to_thread(read_latency, prometheus_reader(isvc), datetime.now(UTC))
+        read = await state.reads.read(*read_request(isvc))
         async with state.locks[key]:
             now = datetime.now(UTC)
             # Re-read under the lock: a reconcile may have moved the object while Prometheus answered.
@@ -327,20 +316,26 @@ def retry_delay(failures: int, interval: float) -> float:
 async def tuner(
     namespace: str | None, name: str, uid: str | None, memo: Any, stopped: kopf.DaemonStopped, **_: Any
 ) -> None:
-    """The SLO tuner of one InferenceService: every `tuning.intervalSeconds`, read Prometheus, decide, apply."""
+    """The SLO tuner of one InferenceService: every `tuning.intervalSeconds`, on its own phase of the interval
+    (`ticks.tick_phase`), read Prometheus, decide, apply."""
     try:
-        await _tune_until_stopped(memo, namespace, name, stopped)
+        await _tune_until_stopped(memo, namespace, name, uid, stopped)
     finally:
         _state(memo).memory.forget(uid)  # deleted, or no longer this process's to tune: its annotation is the truth
 
 
-async def _tune_until_stopped(memo: Any, namespace: str | None, name: str, stopped: kopf.DaemonStopped) -> None:
+async def _tune_until_stopped(
+    memo: Any, namespace: str | None, name: str, uid: str | None, stopped: kopf.DaemonStopped
+) -> None:
     interval, failures = float(Tuning().interval_seconds), 0
     wake = _state(memo).wake[(namespace or "default", name)]
+    key = uid or f"{namespace}/{name}"
     while not stopped:
+        started = time.time()
         try:
             interval = await tuner_tick(_state(memo), namespace or "default", name)
-            failures, delay = 0, interval
+            failures = 0
+            delay = seconds_to_next_tick(time.time(), started, interval, tick_phase(key, interval))
         except ApiException as exc:
             metrics.ERRORS.labels("api").inc()
             log.warning("tuner %s/%s: API server %s %s", namespace, name, exc.status, exc.reason)

@@ -126,13 +126,17 @@ def read_latency(reader: ObservationReader | SignalReader, now: datetime) -> Lat
         if isinstance(reader, SignalReader):
             return LatencyRead(reader.read_signal(now), at=now)
         return LatencyRead(Signal(observation=reader.read(now), source="userQuery"), at=now)
-    except PrometheusUnavailable as exc:
+    except Exception as exc:  # a reader of another kind: its failure is the signal's failure
+        return failed_read(exc, now)
+
+
+def failed_read(exc: Exception, now: datetime) -> LatencyRead:
+    """A read that ended with `exc`, as status says it: which Prometheus and why, or the reader's own error."""
+    if isinstance(exc, PrometheusUnavailable):
         return LatencyRead(
             None, PROMETHEUS_UNAVAILABLE, f"Prometheus at {exc.url} unavailable ({exc.kind}): {exc.detail}", now
         )
-    except Exception as exc:  # a reader of another kind: its failure is the signal's failure
-        message = f"latency signal unavailable: {type(exc).__name__}: {exc}"
-        return LatencyRead(None, PROMETHEUS_UNAVAILABLE, message, now)
+    return LatencyRead(None, PROMETHEUS_UNAVAILABLE, f"latency signal unavailable: {type(exc).__name__}: {exc}", now)
 
 
 def judge_read(

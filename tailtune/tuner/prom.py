@@ -1,5 +1,10 @@
 """The only module that talks to Prometheus: builds the tuner's queries and reads one `Observation`.
 
+The queries of one read are listed by figure (`plan_read`) and their answers read into a `Signal` by one function
+(`assemble_signal`), whichever reader sent them: `PrometheusReader`, one object's own queries, or
+`tuner.fleet.FleetReader`, the same figures written once for many objects (a `Form` with the labels that tell them
+apart) and split among them.
+
 Latency, by default from Triton's own metrics:
 
 - a request-duration histogram (`nv_inference_request_duration_us_bucket`) when the server exposes one:
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import math
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
@@ -43,6 +48,9 @@ DEFAULT_TIMEOUT_SECONDS = 3.0
 # 5 min), so the query ahead sees every sample stamped after the read's time up to that far (with a shorter lookback,
 # only the far end of that span).
 CLOCK_PROBE_SECONDS = 300.0
+# Past this length a query goes in a form POST, which Prometheus' API takes alike: a fleet's query names every object,
+# and a URL that long may be refused by what sits in front of Prometheus (nginx reads request lines of 8 KB at most).
+MAX_GET_QUERY_CHARS = 2000
 # Triton's default summary quantiles (`--metrics-config summary_quantiles=...` changes them).
 TRITON_SUMMARY_QUANTILES = ("0.5", "0.9", "0.95", "0.99", "0.999")
 
@@ -70,8 +78,12 @@ class HttpPromClient:
         import requests
 
         params = {"query": promql, "time": f"{at.timestamp():.3f}", "timeout": f"{self.timeout:g}s"}
+        url = f"{self.url}/api/v1/query"
         try:
-            response = self._session.get(f"{self.url}/api/v1/query", params=params, timeout=self.timeout)
+            if len(promql) > MAX_GET_QUERY_CHARS:
+                response = self._session.post(url, data=params, timeout=self.timeout)
+            else:
+                response = self._session.get(url, params=params, timeout=self.timeout)
         except requests.Timeout as exc:
             raise PrometheusUnavailable(self.url, "timeout", f"no answer within {self.timeout:g} s") from exc
         except requests.ConnectionError as exc:
@@ -211,6 +223,26 @@ def quantile_label(percentile: float) -> str:
     return f"{percentile / 100:g}"
 
 
+@dataclass(frozen=True)
+class Form:
+    """Whose series a query reads: one object's filled selector, or a fleet's selector with the labels that tell its
+    objects apart (`by`, e.g. namespace and model), by which every aggregation then keeps one series per object."""
+
+    selector: str
+    by: tuple[str, ...] = ()
+
+    def agg(self, op: str, expr: str, *labels: str) -> str:
+        """`op` over `expr`, by the form's labels and these: `sum(x)` for one object, `sum by (namespace, model) (x)`
+        for a fleet."""
+        by = (*self.by, *labels)
+        return f"{op} by ({', '.join(by)}) ({expr})" if by else f"{op}({expr})"
+
+
+def own_form(target: Target, window_seconds: float, selector: str = DEFAULT_SELECTOR) -> Form:
+    """The form of one object's own queries: its selector filled."""
+    return Form(fill(selector, target, window_seconds))
+
+
 def build_queries(
     target: Target,
     percentile: float,
@@ -219,38 +251,41 @@ def build_queries(
     latency_query: str | None = None,
     histogram: bool = False,
     selector: str = DEFAULT_SELECTOR,
+    form: Form | None = None,
 ) -> Queries:
-    """The queries for one InferenceService."""
-    sel = fill(selector, target, window_seconds)
+    """The queries for one InferenceService (`form`: written for a fleet instead; a user's query stays its own)."""
+    f = form or own_form(target, window_seconds, selector)
+    sel = f.selector
     w = f"{round(window_seconds)}s"
 
     def rate(metric: str) -> str:
-        return f"sum(rate({metric}{{{sel}}}[{w}]))"
+        return f.agg("sum", f"rate({metric}{{{sel}}}[{w}])")
 
     q = percentile / 100
     source: Source
     if latency_query is not None:
         latency = f"({fill_user_query(latency_query, target, window_seconds, percentile)}) * 1000"
         span = window_seconds
-        source, newest = "userQuery", f"max(timestamp(nv_inference_request_success{{{sel}}}))"
+        source, newest = "userQuery", f.agg("max", f"timestamp(nv_inference_request_success{{{sel}}})")
     elif histogram:
-        buckets = f"sum by (le) (rate(nv_inference_request_duration_us_bucket{{{sel}}}[{w}]))"
+        buckets = f.agg("sum", f"rate(nv_inference_request_duration_us_bucket{{{sel}}}[{w}])", "le")
         latency = f"histogram_quantile({q:g}, {buckets}) / 1000"
         span = window_seconds
-        source, newest = "histogram", f"max(timestamp(nv_inference_request_duration_us_bucket{{{sel}}}))"
+        source, newest = "histogram", f.agg("max", f"timestamp(nv_inference_request_duration_us_bucket{{{sel}}})")
     else:
         summary = f'nv_inference_request_summary_us{{{sel},quantile="{quantile_label(percentile)}"}}'
         extra = window_seconds - SUMMARY_WINDOW_SECONDS
         # The summary already covers the last 60 s; a longer SLO window adds the max over the rest.
-        latency = f"max({summary}) / 1000" if extra < 1 else f"max(max_over_time({summary}[{round(extra)}s])) / 1000"
+        over = summary if extra < 1 else f"max_over_time({summary}[{round(extra)}s])"
+        latency = f"{f.agg('max', over)} / 1000"
         span = max(window_seconds, SUMMARY_WINDOW_SECONDS)
-        source, newest = "tritonSummary", f"max(timestamp({summary}))"
+        source, newest = "tritonSummary", f.agg("max", f"timestamp({summary})")
     success = rate("nv_inference_request_success")
     # Over the window's tail: no figure where it holds fewer than two scrapes (Prometheus' rate then returns none,
     # and the law waits a window more on a rising demand).
     t = f"{max(1, round(TAIL_SHARE * window_seconds))}s"
-    tail_done = f"sum(rate(nv_inference_request_success{{{sel}}}[{t}]))"
-    tail = f"{tail_done} + sum(deriv(nv_inference_pending_request_count{{{sel}}}[{t}]))"
+    tail_done = f.agg("sum", f"rate(nv_inference_request_success{{{sel}}}[{t}])")
+    tail = f"{tail_done} + {f.agg('sum', f'deriv(nv_inference_pending_request_count{{{sel}}}[{t}])')}"
     compute = " + ".join(rate(f"nv_inference_compute_{part}_duration_us") for part in ("input", "infer", "output"))
     return Queries(
         latency_ms=latency,
@@ -259,23 +294,25 @@ def build_queries(
         queue_ms=f"{rate('nv_inference_queue_duration_us')} / {success} / 1000",
         compute_ms=f"({compute}) / {success} / 1000",
         avg_batch=f"{rate('nv_inference_count')} / {rate('nv_inference_exec_count')}",
-        queue_growth_rps=f"sum(deriv(nv_inference_pending_request_count{{{sel}}}[{w}]))",
-        ready_replicas=f"count(count by (instance) (nv_inference_request_success{{{sel}}}))",
+        queue_growth_rps=f.agg("sum", f"deriv(nv_inference_pending_request_count{{{sel}}}[{w}])"),
+        ready_replicas=f.agg("count", f.agg("count", f"nv_inference_request_success{{{sel}}}", "instance")),
         tail_demand_rps=tail,
-        pending_max=f"max(sum by (instance) (nv_inference_pending_request_count{{{sel}}}))",
+        pending_max=f.agg("max", f.agg("sum", f"nv_inference_pending_request_count{{{sel}}}", "instance")),
         source=source,
         newest_sample=newest,
     )
 
 
-def breakdown_queries(target: Target, window_seconds: float, selector: str = DEFAULT_SELECTOR) -> dict[str, str]:
+def breakdown_queries(
+    target: Target, window_seconds: float, selector: str = DEFAULT_SELECTOR, *, form: Form | None = None
+) -> dict[str, str]:
     """Mean ms per request of each step of Triton's request path over the window (its cumulative counters)."""
-    sel = fill(selector, target, window_seconds)
+    f = form or own_form(target, window_seconds, selector)
     w = f"{round(window_seconds)}s"
-    success = f"sum(rate(nv_inference_request_success{{{sel}}}[{w}]))"
+    success = f.agg("sum", f"rate(nv_inference_request_success{{{f.selector}}}[{w}])")
 
     def per_request(metric: str) -> str:
-        return f"sum(rate({metric}{{{sel}}}[{w}])) / {success} / 1000"
+        return f"{f.agg('sum', f'rate({metric}{{{f.selector}}}[{w}])')} / {success} / 1000"
 
     return {
         "queue_ms": per_request("nv_inference_queue_duration_us"),
@@ -286,11 +323,164 @@ def breakdown_queries(target: Target, window_seconds: float, selector: str = DEF
     }
 
 
+def histogram_query(form: Form) -> str:
+    """How many latency-histogram series the object (or each object of a fleet) exposes: its latency comes from
+    them when there are any."""
+    return form.agg("count", f"nv_inference_request_duration_us_bucket{{{form.selector}}}")
+
+
+@dataclass(frozen=True)
+class ReadSpec:
+    """What one InferenceService's read asks of Prometheus: whose metrics, at which percentiles, over which window."""
+
+    target: Target
+    percentile: float
+    window_seconds: float
+    latency_query: str | None = None
+    selector: str = DEFAULT_SELECTOR
+    # Further targets' percentiles, read over the same window into `Observation.other_percentiles`.
+    other_percentiles: tuple[float, ...] = ()
+    breakdown: bool = False
+
+
+@dataclass(frozen=True)
+class Query:
+    """One instant query of a read: its PromQL, whether it runs ahead of the read's time (the clock probe), and
+    whether it is the object's own (a user's query: never written for a fleet)."""
+
+    promql: str
+    ahead: bool = False
+    own: bool = False
+
+    def time(self, at: datetime) -> datetime:
+        """When the query is evaluated for a read at `at`."""
+        return at + timedelta(seconds=CLOCK_PROBE_SECONDS) if self.ahead else at
+
+
+# The figures of a read's breakdown, by `Breakdown` field.
+BREAKDOWN_PREFIX = "breakdown."
+
+
+def _percentile_queries(spec: ReadSpec, percentile: float | None, histogram: bool, form: Form, triton: bool) -> Queries:
+    """The queries at the SLO's percentile (None) or another; `triton`: Triton's own figure even when the user gave a
+    query. The user's query serves another percentile only when it has a placeholder for it."""
+    user = None if triton else spec.latency_query
+    if user is not None and percentile is not None and "{quantile}" not in user and "{percentile}" not in user:
+        user = None  # the user's query is for the SLO's percentile only: other ones come from Triton's metrics
+    return build_queries(
+        spec.target,
+        spec.percentile if percentile is None else percentile,
+        spec.window_seconds,
+        latency_query=user,
+        histogram=user is None and histogram,
+        form=form,
+    )
+
+
+def plan_read(spec: ReadSpec, histogram: bool, form: Form) -> dict[str, Query]:
+    """Every query of one object's read, by figure, written in `form` (its own, or its fleet's), once it is known
+    whether Triton exposes a latency histogram. The one list both readers send; `assemble_signal` reads the answers."""
+    q = _percentile_queries(spec, None, histogram, form, triton=False)
+    figures = {
+        "latency": Query(q.latency_ms, own=q.source == "userQuery"),
+        "newest": Query(q.newest_sample),
+        "newest_ahead": Query(q.newest_sample, ahead=True),
+        "ready_replicas": Query(q.ready_replicas),
+        "request_rate": Query(q.request_rate),
+        "queue_ms": Query(q.queue_ms),
+        "compute_ms": Query(q.compute_ms),
+        "avg_batch": Query(q.avg_batch),
+        "queue_growth_rps": Query(q.queue_growth_rps),
+        "tail_demand_rps": Query(q.tail_demand_rps),
+        "pending_max": Query(q.pending_max),
+    }
+    for percentile in spec.other_percentiles:
+        other = _percentile_queries(spec, percentile, histogram, form, triton=False)
+        figures[f"P{percentile:g}"] = Query(other.latency_ms, own=other.source == "userQuery")
+    if q.source == "userQuery":
+        figures["server_ms"] = Query(_percentile_queries(spec, None, histogram, form, triton=True).latency_ms)
+    if spec.breakdown:
+        parts = breakdown_queries(spec.target, spec.window_seconds, form=form)
+        figures |= {BREAKDOWN_PREFIX + k: Query(v) for k, v in parts.items()}
+    return figures
+
+
+Series = list[dict[str, Any]]
+
+
+def assemble_signal(spec: ReadSpec, histogram: bool, results: Mapping[str, Series], at: datetime) -> Signal:
+    """One read's signal from the answers to `plan_read`'s figures (result vectors, by figure): the observation,
+    whose window ends at the newest sample behind the latency figure (so two reads without a new scrape are the same
+    window; ahead of `at` when a clock is off), and what status says about it. Pure: both readers end here."""
+    q = _percentile_queries(spec, None, histogram, own_form(spec.target, spec.window_seconds, spec.selector), False)
+    series = results["latency"]
+    latency, above, ambiguous = _latency(series)
+    newest = _value(results["newest"])
+    # Samples stamped after `at` are invisible at `at`: a query ahead shows them. The window ends at the newest
+    # sample as stamped, never clamped to the read's time: `tuner.judge` tells a scrape during the read from a
+    # clock that is off (ClockSkew).
+    ahead = _value(results["newest_ahead"])
+    if ahead is not None and ahead > at.timestamp():
+        newest = ahead
+    window_end = datetime.fromtimestamp(newest, tz=at.tzinfo) if newest is not None else at
+    replicas = _value(results["ready_replicas"])
+    requests = _value(results["request_rate"])
+    others: list[tuple[float, float | None]] = []
+    for percentile in spec.other_percentiles:
+        value, _, why = _latency(results[f"P{percentile:g}"])
+        others.append((percentile, value))
+        ambiguous = ambiguous or (f"P{percentile:g}: {why}" if why else "")
+    server_ms = _latency(results["server_ms"])[0] if q.source == "userQuery" else None
+    observation = Observation(
+        window_end=window_end,
+        span_seconds=q.span_seconds,
+        p_latency_ms=latency,
+        request_rate=requests,
+        queue_ms=_value(results["queue_ms"]),
+        compute_ms=_value(results["compute_ms"]),
+        avg_batch=_value(results["avg_batch"]),
+        queue_growth_rps=_value(results["queue_growth_rps"]),
+        tail_demand_rps=_value(results["tail_demand_rps"]),
+        pending_max=_value(results["pending_max"]),
+        ready_replicas=round(replicas) if replicas is not None else None,
+        sample_count=round(requests * q.span_seconds) if requests is not None else None,
+        other_percentiles=tuple(others),
+    )
+    breakdown = None
+    if spec.breakdown:
+        parts = {k[len(BREAKDOWN_PREFIX) :]: _value(v) for k, v in results.items() if k.startswith(BREAKDOWN_PREFIX)}
+        breakdown = Breakdown(**parts)
+    return Signal(
+        observation=observation,
+        source=q.source,
+        series=len(series),
+        ambiguous=ambiguous,
+        above_range=above,
+        latency_query=q.latency_ms,
+        breakdown=breakdown,
+        server_ms=server_ms,
+    )
+
+
+def has_histogram(series: Series) -> bool:
+    """Whether the answer to `histogram_query` counts any histogram series."""
+    return (_value(series) or 0) > 0
+
+
+def _value(series: Series) -> float | None:
+    """The value of a one-series answer (None: no series, or not a finite number)."""
+    if not series:
+        return None
+    value = float(series[0]["value"][1])
+    return value if math.isfinite(value) else None
+
+
 class PrometheusReader:
     """Reads the window ending at a given time for one InferenceService (the loop's ObservationReader).
 
     Every call has a timeout (the client's); the first failure ends the read with `PrometheusUnavailable`, so a
-    hanging Prometheus costs one timeout per tick, not one per query.
+    hanging Prometheus costs one timeout per tick, not one per query. `tuner.fleet.FleetReader` reads many objects
+    with the same queries written for the fleet.
     """
 
     def __init__(
@@ -306,14 +496,10 @@ class PrometheusReader:
         breakdown: bool = False,
     ) -> None:
         self._client = client
-        self._target = target
-        self._percentile = percentile
-        self._window = window_seconds
-        self._latency_query = latency_query
-        self._selector = selector
-        # Further targets' percentiles, read over the same window into `Observation.other_percentiles`.
-        self._others = other_percentiles
-        self._breakdown = breakdown
+        self.spec = ReadSpec(
+            target, percentile, window_seconds, latency_query=latency_query, selector=selector,
+            other_percentiles=other_percentiles, breakdown=breakdown,
+        )  # fmt: skip
 
     @classmethod
     def connect(
@@ -336,101 +522,34 @@ class PrometheusReader:
             other_percentiles=other_percentiles, breakdown=breakdown,
         )  # fmt: skip
 
-    def _histogram(self, at: datetime) -> bool:
-        sel = fill(self._selector, self._target, self._window)
-        return (self._scalar(f"count(nv_inference_request_duration_us_bucket{{{sel}}})", at) or 0) > 0
+    @classmethod
+    def for_spec(cls, client: PromClient, spec: ReadSpec) -> PrometheusReader:
+        """A reader of this object's read over this client."""
+        return cls(
+            client, spec.target, spec.percentile, spec.window_seconds, latency_query=spec.latency_query,
+            selector=spec.selector, other_percentiles=spec.other_percentiles, breakdown=spec.breakdown,
+        )  # fmt: skip
 
-    def queries(
-        self, at: datetime, percentile: float | None = None, *, triton: bool = False, histogram: bool | None = None
-    ) -> Queries:
-        """The queries for the window ending at `at` (checks whether a latency histogram exists, unless told), at
-        the SLO's percentile or another; `triton`: Triton's own figure even when the user gave a query."""
-        user = None if triton else self._latency_query
-        if user is not None and percentile is not None and "{quantile}" not in user and "{percentile}" not in user:
-            user = None  # the user's query is for the SLO's percentile only: other ones come from Triton's metrics
-        if user is None and histogram is None:
-            histogram = self._histogram(at)
-        return build_queries(
-            self._target,
-            self._percentile if percentile is None else percentile,
-            self._window,
-            latency_query=user,
-            histogram=user is None and bool(histogram),
-            selector=self._selector,
-        )
+    def _form(self) -> Form:
+        return own_form(self.spec.target, self.spec.window_seconds, self.spec.selector)
 
     def read(self, window_end: datetime) -> Observation:
         """One observation (the loop's reader); raises `PrometheusUnavailable`."""
         return self.read_signal(window_end).observation
 
     def read_signal(self, at: datetime) -> Signal:
-        """One read at `at`: the observation, whose window ends at the newest sample behind the latency figure
-        (so two reads without a new scrape are the same window; ahead of `at` when a clock is off), and what status
-        says about it."""
-        q = self.queries(at)
-        series = self._client.query(q.latency_ms, at)
-        latency, above, ambiguous = _latency(series)
-        newest = self._scalar(q.newest_sample, at)
-        # Samples stamped after `at` are invisible at `at`: a query ahead shows them. The window ends at the newest
-        # sample as stamped, never clamped to the read's time: `tuner.judge` tells a scrape during the read from a
-        # clock that is off (ClockSkew).
-        ahead = self._scalar(q.newest_sample, at + timedelta(seconds=CLOCK_PROBE_SECONDS))
-        if ahead is not None and ahead > at.timestamp():
-            newest = ahead
-        window_end = datetime.fromtimestamp(newest, tz=at.tzinfo) if newest is not None else at
-        replicas = self._scalar(q.ready_replicas, at)
-        requests = self._scalar(q.request_rate, at)
-        # Whether Triton's figures come from a histogram: asked once per read, not once per percentile.
-        histogram = self._histogram(at) if q.source == "userQuery" else q.source == "histogram"
-        others: list[tuple[float, float | None]] = []
-        for percentile in self._others:
-            query = self.queries(at, percentile, histogram=histogram).latency_ms
-            value, _, why = _latency(self._client.query(query, at))
-            others.append((percentile, value))
-            ambiguous = ambiguous or (f"P{percentile:g}: {why}" if why else "")
-        server_ms = None
-        if q.source == "userQuery":
-            query = self.queries(at, triton=True, histogram=histogram).latency_ms
-            server_ms, _, _ = _latency(self._client.query(query, at))
-        observation = Observation(
-            window_end=window_end,
-            span_seconds=q.span_seconds,
-            p_latency_ms=latency,
-            request_rate=requests,
-            queue_ms=self._scalar(q.queue_ms, at),
-            compute_ms=self._scalar(q.compute_ms, at),
-            avg_batch=self._scalar(q.avg_batch, at),
-            queue_growth_rps=self._scalar(q.queue_growth_rps, at),
-            tail_demand_rps=self._scalar(q.tail_demand_rps, at),
-            pending_max=self._scalar(q.pending_max, at),
-            ready_replicas=round(replicas) if replicas is not None else None,
-            sample_count=round(requests * q.span_seconds) if requests is not None else None,
-            other_percentiles=tuple(others),
-        )
-        return Signal(
-            observation=observation,
-            source=q.source,
-            series=len(series),
-            ambiguous=ambiguous,
-            above_range=above,
-            latency_query=q.latency_ms,
-            breakdown=self.read_breakdown(at) if self._breakdown else None,
-            server_ms=server_ms,
-        )
+        """One read at `at` (`assemble_signal` says what it holds): whether a latency histogram exists, then every
+        figure of `plan_read`, one query each."""
+        form = self._form()
+        histogram = has_histogram(self._client.query(histogram_query(form), at))
+        figures = plan_read(self.spec, histogram, form)
+        results = {name: self._client.query(f.promql, f.time(at)) for name, f in figures.items()}
+        return assemble_signal(self.spec, histogram, results, at)
 
     def read_breakdown(self, at: datetime) -> Breakdown:
         """Where the time goes inside Triton over the window ending at `at`."""
-        values = {
-            k: self._scalar(v, at) for k, v in breakdown_queries(self._target, self._window, self._selector).items()
-        }
-        return Breakdown(**values)
-
-    def _scalar(self, query: str, at: datetime) -> float | None:
-        result = self._client.query(query, at)
-        if not result:
-            return None
-        value = float(result[0]["value"][1])
-        return value if math.isfinite(value) else None
+        parts = breakdown_queries(self.spec.target, self.spec.window_seconds, form=self._form())
+        return Breakdown(**{k: _value(self._client.query(v, at)) for k, v in parts.items()})
 
 
 def _latency(series: list[dict[str, Any]]) -> tuple[float | None, bool, str]:

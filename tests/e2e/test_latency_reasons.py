@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import threading
 import time
@@ -61,6 +62,23 @@ FAKE_ANSWERS: dict[str, tuple[list[tuple[dict[str, str], str]], str | None] | st
 }
 
 
+# The request rate as one object's read asks it, or as the fleet's read of the ticks due together (each case has a
+# URL of its own: one object a read).
+REQUEST_RATE = (
+    "sum(rate(nv_inference_request_success{",
+    "sum by (namespace, model) (rate(nv_inference_request_success{",
+)
+
+
+def _fleet_labels(query: str) -> dict[str, str]:
+    """The labels a fleet's grouped answer carries for its object (its values in the query's regex matchers); none
+    for one object's own query."""
+    if not query.startswith("sum by (namespace, model)"):
+        return {}
+    matchers = re.findall(r'(namespace|model)=~"((?:[^"\\]|\\.)*)"', query)
+    return {label: re.sub(r"\\\\(.)", r"\1", value) for label, value in matchers}  # regex escapes undone
+
+
 class FakePrometheus(ThreadingHTTPServer):
     daemon_threads = True
     queries: list[tuple[str, str]]
@@ -103,8 +121,8 @@ class _Handler(BaseHTTPRequestHandler):
         if FAKE_METRIC in query:  # the reader sends `(query) * 1000`: answer what Prometheus would, in ms
             scale = 1000.0 if query.replace(" ", "").endswith("*1000") else 1.0
             result = _vector(*((labels, str(float(v) * scale)) for labels, v in latency))
-        elif query.startswith("sum(rate(nv_inference_request_success{") and "/" not in query and rate is not None:
-            result = _vector(({}, rate))
+        elif query.startswith(REQUEST_RATE) and "/" not in query and rate is not None:
+            result = _vector((_fleet_labels(query), rate))
         self._send(200, {"status": "success", "data": {"resultType": "vector", "result": result}})
 
 
