@@ -330,10 +330,13 @@ async def _tune_until_stopped(
     interval, failures = float(Tuning().interval_seconds), 0
     wake = _state(memo).wake[(namespace or "default", name)]
     key = uid or f"{namespace}/{name}"
+    due = time.time()
     while not stopped:
         started = time.time()
         try:
             interval = await tuner_tick(_state(memo), namespace or "default", name)
+            # From when it was due (or woken early by a spec change) to decided: a busy loop shows here.
+            metrics.TICK_LAG.observe(time.time() - min(due, started))
             failures = 0
             delay = seconds_to_next_tick(time.time(), started, interval, tick_phase(key, interval))
         except ApiException as exc:
@@ -346,6 +349,7 @@ async def _tune_until_stopped(
             log.exception("tuner %s/%s: tick failed", namespace, name)
             failures += 1
             delay = retry_delay(failures, min(interval, RESYNC_SECONDS))
+        due = time.time() + delay
         await next_tick(stopped, wake, delay)
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "RECONCILE_DURATION",
     "REPLICAS",
     "SLO_MS",
+    "TICK_LAG",
     "TUNER_DECISIONS",
     "forget_inference_service",
     "record_latency",
@@ -41,6 +42,13 @@ RECONCILE_DURATION = Histogram(
 ERRORS = Counter("tailtune_errors", "Errors in handlers, by kind (api, prometheus, triton, spec, ...).", ["kind"])
 TUNER_DECISIONS = Counter(
     "tailtune_tuner_decisions", "Decisions of the tuner, by reason.", ["namespace", "name", "reason"]
+)
+# A tick is due on its phase of the interval (`ticks.tick_phase`) and waits GATHER_SECONDS (1 s) for the reads due with
+# it, then Prometheus' answer and the decision: buckets from 0.1 s to two minutes (a 30 s interval overrun four times).
+TICK_LAG = Histogram(
+    "tailtune_tick_lag_seconds",
+    "Seconds from when a tuner tick was due to when it had decided (and applied), per completed tick.",
+    buckets=(0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0, 120.0),
 )
 P99_OBSERVED_MS = Gauge(
     "tailtune_p99_observed_ms", "Latency at the SLO percentile the tuner last observed, ms.", ["namespace", "name"]

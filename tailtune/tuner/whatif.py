@@ -40,10 +40,11 @@ from tailtune.api.v1alpha1 import MAX_BATCH_SIZE, Batching
 from tailtune.sim import SimCluster
 from tailtune.sim.arrivals import piecewise_poisson
 from tailtune.sim.curves import PiecewiseCurve
-from tailtune.tuner.loop import tune_once
+from tailtune.tuner.loop import FastPath, tune_once
 from tailtune.tuner.servicetime import Curve, CurvePoint, ladder
 from tailtune.tuner.shedding import shed_batch_max, shed_timeout_us
-from tailtune.tuner.simobs import observation_from_sim
+from tailtune.tuner.simobs import observation_from_sim, pod_readings_from_sim
+from tailtune.tuner.surge import CHECK_SECONDS, SURGE_SCALE_OUT
 from tailtune.tuner.types import TAIL_SHARE, Decision, InForce, Observation, Policy, TunerState
 
 Floats = npt.NDArray[np.float64]
@@ -143,6 +144,7 @@ class Setup:
     service_noise: float = 0.03
     pod_start_s: float = 30.0  # a scale-out's replicas serve this long after the request (the simulator's pod start)
     shed: bool = False  # load shedding: Triton's queue timeout from the SLO under the batching in force
+    fast_path: bool = False  # the surge fast path (`tuner.surge`) every CHECK_SECONDS between ticks
 
     @property
     def end_s(self) -> float:
@@ -183,6 +185,7 @@ class Run:
     replica_seconds: float = 0.0  # over the trace, from each replica's request until it is let go
     replica_seconds_ready: float = 0.0  # the same, from each replica's readiness
     shed: Floats = field(default_factory=lambda: np.empty(0))  # arrivals rejected by the queue timeout (shedding)
+    first_pod_queue_max: int = 0  # the most requests ever pending on the first replica (a pod's queue is its own)
 
 
 def _arrivals(setup: Setup) -> Floats:
@@ -227,6 +230,7 @@ def _finish(run: Run, sim: SimCluster, setup: Setup) -> Run:
     run.replica_seconds = sim.replica_seconds(setup.end_s)
     run.replica_seconds_ready = sim.replica_seconds(setup.end_s, ready_only=True)
     run.shed = sim.shed()
+    run.first_pod_queue_max = sim.pending_peak(0, setup.end_s)
     sim.advance(setup.end_s + 60.0)  # what is still queued then is lost
     run.arrivals, run.latency = sim.outcomes()
     return run
@@ -313,9 +317,22 @@ def run_tailtune(setup: Setup) -> Run:
         def record(self, decision: Decision, observation: Observation) -> None:
             run.codes.append((sim.now, decision.reason_code, decision.reason))
 
+    fast = FastPath() if setup.fast_path else None
     # The operator's tuner ticks as soon as a pod is ready, before traffic: one tick at t=0, then every interval.
     t = -setup.interval_s
     while t + setup.interval_s <= setup.end_s + 1e-9:
+        # Between ticks the fast path reads the pods every CHECK_SECONDS (the operator's fast check).
+        check = t + CHECK_SECONDS
+        while fast is not None and t >= 0 and check < t + setup.interval_s - 1e-9:
+            sim.advance(check)
+            surge, state, in_force = fast.check(pod_readings_from_sim(sim), in_force, state, policy, sim.clock(check))
+            if surge.scale_out:
+                sim.apply(in_force.batching, in_force.replicas)
+                run.changes += 1
+                run.codes.append((check, SURGE_SCALE_OUT, surge.reason))
+                b = in_force.batching
+                run.knobs.append((check, b.max_batch_size, b.max_queue_delay_microseconds, in_force.replicas))
+            check += CHECK_SECONDS
         t += setup.interval_s
         sim.advance(t)
         state, in_force, decision = tune_once(Reader(), Applier(), Recorder(), state, in_force, policy, sim.clock(t))
