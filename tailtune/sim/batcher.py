@@ -261,6 +261,22 @@ class Replica:
         dispatched = self._b_first[batches]
         return arrived - dispatched - bisect.bisect_right(self._rejected, t) - bisect.bisect_right(self._shed_at, t)
 
+    def pending_peak(self, until: float) -> int:
+        """The most requests pending here at any instant before `until` (a queue peaks at an arrival)."""
+        arr = _view(self._arr, np.float64)
+        arr = arr[: int(np.searchsorted(arr, until, side="left"))]
+        if len(arr) == 0:
+            return 0
+        dispatched = _view(self._b_first, np.int64)[np.searchsorted(_view(self._b_start, np.float64), arr, "right")]
+        gone = np.searchsorted(np.asarray(self._rejected, dtype=np.float64), arr, "right") + np.searchsorted(
+            _view(self._shed_at, np.float64), arr, "right"
+        )
+        return int(np.max(np.arange(1, len(arr) + 1) - dispatched - gone))
+
+    def completed(self, t: float) -> int:
+        """Requests whose batch finished by time t (t in the past), as Triton's success counter counts them."""
+        return self._b_first[bisect.bisect_right(self._b_fin, t)]
+
     @property
     def rejected(self) -> int:
         """Requests rejected by a full queue so far."""

@@ -139,6 +139,22 @@ class SimCluster:
         at = self.now if t is None else t
         return sum(1 for r in self._active if r.ready_at <= at)
 
+    def pod_counts(self, t: float | None = None) -> tuple[tuple[int, int, int], ...]:
+        """(replica index, pending, completed) of each replica ready at time t (default: now), as the fast path reads
+        Triton's pending-request gauge and request counters on each ready pod."""
+        at = self.now if t is None else t
+        active = {id(rep) for rep in self._active}
+        return tuple(
+            (i, rep.pending(at), rep.completed(at) + rep.shed_between(0.0, at))
+            for i, rep in enumerate(self._all)
+            if id(rep) in active and rep.ready_at <= at
+        )
+
+    def pending_peak(self, replica: int, until: float) -> int:
+        """The most requests pending on one replica (by the order they were asked for; 0: the first) before
+        `until`."""
+        return self._all[replica].pending_peak(until) if replica < len(self._all) else 0
+
     def clock(self, t: float) -> datetime:
         """The datetime of simulated second t."""
         return EPOCH + timedelta(seconds=t)
