@@ -179,6 +179,48 @@ def build_crd() -> JSON:
             "priority": 1,
             "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
         },
+        {
+            "name": "TTFT",
+            "type": "string",
+            "priority": 1,
+            "jsonPath": ".status.generative.ttftSummary",
+            "description": "Generative: time to the first token at spec.slo.ttft.percentile, observed/target ms",
+        },
+        {
+            "name": "TPOT",
+            "type": "string",
+            "priority": 1,
+            "jsonPath": ".status.generative.tpotSummary",
+            "description": "Generative: time per output token at spec.slo.tpot.percentile, observed/target ms",
+        },
+        {
+            "name": "Tok/s",
+            "type": "number",
+            "priority": 1,
+            "jsonPath": ".status.generative.tokensPerSecond",
+            "description": "Generative: output tokens per second, all pods",
+        },
+        {
+            "name": "Running",
+            "type": "integer",
+            "priority": 1,
+            "jsonPath": ".status.generative.runningSequences",
+            "description": "Generative: sequences in the running batch, all pods",
+        },
+        {
+            "name": "Waiting",
+            "type": "integer",
+            "priority": 1,
+            "jsonPath": ".status.generative.waitingSequences",
+            "description": "Generative: sequences waiting for admission, all pods",
+        },
+        {
+            "name": "KV%",
+            "type": "number",
+            "priority": 1,
+            "jsonPath": ".status.generative.kvCacheUsedPercent",
+            "description": "Generative: KV-cache blocks in use, % (the fullest pod)",
+        },
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
     return {

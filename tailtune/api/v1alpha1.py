@@ -82,6 +82,9 @@ class TensorSpec(Model):
     ]
 
 
+ModelKind = Literal["request", "generative"]
+
+
 class ModelSource(Model):
     """Where the ONNX model comes from."""
 
@@ -95,6 +98,14 @@ class ModelSource(Model):
         ),
     ]
     format: Annotated[Literal["onnx"], Field(description="Model format. Only onnx is supported.")] = "onnx"
+    kind: Annotated[
+        ModelKind,
+        Field(
+            description="request: one response per request, judged by slo.latencyMs; generative: an LLM that "
+            "streams tokens (decoupled, inflight batching), judged by slo.ttft (time to the first token) and "
+            "slo.tpot (time per output token), which it needs."
+        ),
+    ] = "request"
     sha256: Annotated[
         str | None,
         Field(
@@ -406,6 +417,15 @@ class SloTarget(Model):
     latency_ms: Annotated[float, Field(gt=0, le=600_000, description="Latency target in milliseconds.")]
 
 
+class TokenTarget(Model):
+    """A generative service's target on one token latency, e.g. P99 TTFT <= 500 ms."""
+
+    target_ms: Annotated[float, Field(gt=0, le=600_000, description="Target in milliseconds.")]
+    percentile: Annotated[
+        float, Field(ge=50, le=99.9, description="Percentile the target applies to (P50 to P99.9).")
+    ] = 99
+
+
 class Slo(Model):
     """The latency objective: a primary percentile target, and optionally further ones (all kept)."""
 
@@ -433,6 +453,20 @@ class Slo(Model):
             "keeps all of them (the tightest binds) and SLOMet is False when any is missed.",
         ),
     ] = Field(default_factory=list)
+    ttft: Annotated[
+        TokenTarget | None,
+        Field(
+            description="Generative services (spec.model.kind generative) only, and required there: time to the "
+            "first token (queue wait and the prompt's prefill), e.g. {targetMs: 500, percentile: 99}."
+        ),
+    ] = None
+    tpot: Annotated[
+        TokenTarget | None,
+        Field(
+            description="Generative services (spec.model.kind generative) only, and required there: time per "
+            "output token after the first (the decode step), e.g. {targetMs: 30, percentile: 99}."
+        ),
+    ] = None
 
     @model_validator(mode="after")
     def _distinct_percentiles(self) -> Slo:
@@ -546,6 +580,15 @@ class Metrics(Model):
     )
 
 
+GENERATIVE_WITHOUT_TOKEN_TARGETS = (
+    "spec.model.kind generative needs spec.slo.ttft and spec.slo.tpot: set both, e.g. "
+    "ttft: {targetMs: 500, percentile: 99} and tpot: {targetMs: 30, percentile: 99}"
+)
+TOKEN_TARGETS_WITHOUT_GENERATIVE = (
+    "spec.slo.ttft and spec.slo.tpot apply to generative services only: remove them, or set spec.model.kind: generative"
+)
+
+
 class InferenceServiceSpec(Model):
     """Desired state of an InferenceService."""
 
@@ -564,6 +607,16 @@ class InferenceServiceSpec(Model):
             "self.warmup.batchSizes.all(b, b <= self.serving.batching.maxBatchSize)",
             "every warmup.batchSizes entry must be <= serving.batching.maxBatchSize",
             ".warmup.batchSizes",
+        ),
+        (
+            "!has(self.model.kind) || self.model.kind != 'generative' || (has(self.slo.ttft) && has(self.slo.tpot))",
+            GENERATIVE_WITHOUT_TOKEN_TARGETS,
+            ".slo",
+        ),
+        (
+            "(has(self.model.kind) && self.model.kind == 'generative') || (!has(self.slo.ttft) && !has(self.slo.tpot))",
+            TOKEN_TARGETS_WITHOUT_GENERATIVE,
+            ".slo",
         ),
     )
 
@@ -589,6 +642,11 @@ class InferenceServiceSpec(Model):
         for b in self.warmup.batch_sizes:
             if b > self.serving.batching.max_batch_size:
                 raise ValueError("every warmup.batchSizes entry must be <= serving.batching.maxBatchSize")
+        token_targets = (self.slo.ttft, self.slo.tpot)
+        if self.model.kind == "generative" and None in token_targets:
+            raise ValueError(GENERATIVE_WITHOUT_TOKEN_TARGETS)
+        if self.model.kind != "generative" and token_targets != (None, None):
+            raise ValueError(TOKEN_TARGETS_WITHOUT_GENERATIVE)
         return self
 
 
@@ -811,6 +869,42 @@ class ServiceTimeStatus(Model):
     updated_at: Annotated[str | None, Field(description="When the points last changed.")] = None
 
 
+class GenerativeStatus(Model):
+    """A generative service's token latencies against spec.slo.ttft/tpot, and its engine's load."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+    ttft: Annotated[
+        TargetStatus | None, Field(description="Time to the first token at spec.slo.ttft.percentile vs its target.")
+    ] = None
+    tpot: Annotated[
+        TargetStatus | None, Field(description="Time per output token at spec.slo.tpot.percentile vs its target.")
+    ] = None
+    ttft_summary: Annotated[
+        str | None, Field(description="TTFT in one line, observed/target ms, e.g. 'P99 412/500 ok'.")
+    ] = None
+    tpot_summary: Annotated[
+        str | None, Field(description="TPOT in one line, observed/target ms, e.g. 'P99 24/30 ok'.")
+    ] = None
+    tokens_per_second: Annotated[float | None, Field(ge=0, description="Output tokens per second, all pods.")] = None
+    running_sequences: Annotated[
+        int | None,
+        Field(ge=0, description="Sequences in the running batch, all pods (nv_trt_llm_request_metrics active)."),
+    ] = None
+    waiting_sequences: Annotated[
+        int | None,
+        Field(ge=0, description="Sequences queued for admission, all pods (nv_trt_llm_request_metrics waiting)."),
+    ] = None
+    kv_cache_used_percent: Annotated[
+        float | None,
+        Field(
+            ge=0,
+            le=100,
+            description="KV-cache blocks in use, % of the blocks, the fullest pod (nv_trt_llm_kv_cache_block_metrics).",
+        ),
+    ] = None
+
+
 class InferenceServiceStatus(Model):
     """Observed state, written by the operator only."""
 
@@ -830,6 +924,10 @@ class InferenceServiceStatus(Model):
     service_time: Annotated[ServiceTimeStatus, Field(description="Measured service-time curve t(b).")] = (
         ServiceTimeStatus()
     )
+    generative: Annotated[
+        GenerativeStatus,
+        Field(description="Token latencies and engine load of a generative service (empty for request services)."),
+    ] = GenerativeStatus()
 
 
 class ObjectMeta(BaseModel):

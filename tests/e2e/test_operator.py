@@ -182,6 +182,10 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
      "every tuning.preferredBatchSizes entry must be <= tuning.maxBatchSize.max"),
     ("tuning delay above 1 s", {"spec.tuning.queueDelayMicroseconds": {"min": 0, "max": 5_000_000}},
      "tuning.queueDelayMicroseconds.max must be <= 1000000"),
+    ("generative without token targets", {"spec.model.kind": "generative", "spec.slo.ttft": {"targetMs": 500}},
+     "spec.model.kind generative needs spec.slo.ttft and spec.slo.tpot"),
+    ("token targets on a request service", {"spec.slo.tpot": {"targetMs": 30, "percentile": 99}},
+     "spec.slo.ttft and spec.slo.tpot apply to generative services only"),
 ]  # fmt: skip
 
 
@@ -203,6 +207,17 @@ def test_admission_rejects_invalid_specs(
     result = cluster.kubectl("create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(doc), check=False)
     assert result.returncode != 0, f"{case}: accepted"
     assert message in result.stderr, result.stderr
+
+
+def test_admission_accepts_a_generative_spec(cluster: Cluster, crd_installed: list[str]) -> None:
+    """A generative spec with both token targets passes the CEL rules that refuse the cases above (caught: a rule
+    whose has() guards were wrong would refuse every generative spec or let every one through)."""
+    doc = copy.deepcopy(example("generative"))
+    _set(doc, "spec.model.kind", "generative")
+    _set(doc, "spec.slo.ttft", {"targetMs": 500, "percentile": 99})
+    _set(doc, "spec.slo.tpot", {"targetMs": 30, "percentile": 99.9})
+    result = cluster.kubectl("create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(doc), check=False)
+    assert result.returncode == 0, result.stderr
 
 
 # ------------------------------------------------------------------------------------------ lifecycle

@@ -50,3 +50,39 @@ def test_wire_names_round_trip() -> None:
     dumped = isvc.spec.model_dump(by_alias=True)
     assert dumped["engine"]["workspaceMiB"] == 2048
     assert dumped["serving"]["instancesPerGpu"] == 1
+
+
+TTFT = {"targetMs": 500, "percentile": 99}
+TPOT = {"targetMs": 30, "percentile": 99}
+
+
+def test_a_generative_spec_takes_ttft_and_tpot_targets() -> None:
+    """A generative service parses with both token targets; a request service stays the default kind."""
+    assert make_isvc().obj().spec.model.kind == "request"
+    isvc = make_isvc().set("spec.model.kind", "generative").set("spec.slo.ttft", TTFT).set("spec.slo.tpot", TPOT)
+    slo = isvc.obj().spec.slo
+    assert slo.ttft is not None and slo.tpot is not None
+    assert (slo.ttft.target_ms, slo.ttft.percentile, slo.tpot.target_ms) == (500, 99, 30)
+
+
+@pytest.mark.parametrize(
+    ("kind", "targets", "needle"),
+    [
+        ("generative", {}, "spec.model.kind generative needs spec.slo.ttft and spec.slo.tpot"),
+        ("generative", {"ttft": TTFT}, "spec.model.kind generative needs spec.slo.ttft and spec.slo.tpot"),
+        ("generative", {"tpot": TPOT}, "spec.model.kind generative needs spec.slo.ttft and spec.slo.tpot"),
+        ("request", {"ttft": TTFT}, "apply to generative services only"),
+        ("request", {"ttft": TTFT, "tpot": TPOT}, "apply to generative services only"),
+        ("generative", {"ttft": TTFT, "tpot": {"targetMs": 30, "percentile": 99.99}}, "less than or equal to 99.9"),
+        ("generative", {"ttft": {"targetMs": 0}, "tpot": TPOT}, "greater than 0"),
+    ],
+)
+def test_token_targets_belong_to_generative_services(kind: str, targets: dict[str, object], needle: str) -> None:
+    """The operator refuses what CEL refuses: a generative spec without both targets, a request spec with
+    either (caught: a generative spec without targets would leave the tuner nothing to hold), P99.99 targets."""
+    isvc = make_isvc().set("spec.model.kind", kind)
+    for name, value in targets.items():
+        isvc.set(f"spec.slo.{name}", value)
+    with pytest.raises(ValidationError) as err:
+        isvc.obj()
+    assert needle in str(err.value)

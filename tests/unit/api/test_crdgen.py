@@ -68,11 +68,27 @@ def test_cel_rules_and_defaults_are_there() -> None:
     assert spec["properties"]["model"]["properties"]["sha256"]["nullable"] is True
 
 
+def test_generative_rules_and_wide_columns() -> None:
+    """Both directions of the generative CEL rule are in the CRD, and the generative figures are wide-only
+    columns (caught: a column without priority 1 would widen the default `kubectl get tis` table)."""
+    version = build_crd()["spec"]["versions"][0]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    messages = [r["message"] for r in spec["x-kubernetes-validations"]]
+    assert any(m.startswith("spec.model.kind generative needs spec.slo.ttft") for m in messages)
+    assert any(m.startswith("spec.slo.ttft and spec.slo.tpot apply to generative") for m in messages)
+    assert spec["properties"]["model"]["properties"]["kind"]["enum"] == ["request", "generative"]
+    assert spec["properties"]["slo"]["properties"]["ttft"]["properties"]["percentile"]["maximum"] == 99.9
+    wide = {c["name"]: c for c in version["additionalPrinterColumns"] if c["jsonPath"].startswith(".status.generative")}
+    assert sorted(wide) == sorted(["TTFT", "TPOT", "Tok/s", "Running", "Waiting", "KV%"])
+    assert all(c.get("priority") == 1 for c in wide.values())
+
+
 def test_printer_columns_and_names() -> None:
     crd = build_crd()
     version = crd["spec"]["versions"][0]
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "Ready", "SLO", "P99", "Batch", "Delay", "Replicas", "Targets", "Reason", "Age",
+        "Ready", "SLO", "P99", "Batch", "Delay", "Replicas", "Targets", "Reason",
+        "TTFT", "TPOT", "Tok/s", "Running", "Waiting", "KV%", "Age",
     ]  # fmt: skip
     assert crd["spec"]["names"]["shortNames"] == ["tis"]
     assert version["subresources"] == {"status": {}}
