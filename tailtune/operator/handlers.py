@@ -19,6 +19,7 @@ from tailtune.api.keys import LAST_HANDLED_KEY, MANAGED_BY, MANAGED_BY_LABEL, PR
 from tailtune.api.v1alpha1 import Tuning
 from tailtune.operator import metrics
 from tailtune.operator.atrest import TunerMemory
+from tailtune.operator.fastpath import watch_surges
 from tailtune.operator.kube import API_CONCURRENCY, ApiException, KubeCluster, load_config
 from tailtune.operator.reconcile import Outcome, reconcile, rollout_status
 from tailtune.operator.status import (
@@ -363,3 +364,26 @@ async def next_tick(stopped: kopf.DaemonStopped, wake: asyncio.Event, seconds: f
         woken.cancel()
         stop.cancel()
     wake.clear()
+
+
+# The surge fast path (tailtune.operator.fastpath) runs unless the operator is started with TAILTUNE_FAST_PATH=0.
+FAST_PATH_ENV = "TAILTUNE_FAST_PATH"
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0, initial_delay=5.0)
+async def surge_watch(
+    namespace: str | None, name: str, body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, **_: Any
+) -> None:
+    """The surge fast path of one InferenceService: every few seconds, beside the tuner, scale out at once when the
+    ready pods' queues outgrow the SLO."""
+    if os.environ.get(FAST_PATH_ENV, "1") == "0":
+        return
+    state, ns = _state(memo), namespace or "default"
+
+    async def reconciled(raw: dict[str, Any]) -> None:
+        record_outcome(ns, name, await reconcile(raw, state.cluster, datetime.now(UTC)))
+
+    await watch_surges(
+        state.cluster, state.locks[(ns, name)], state.memory, lambda: dict(body), lambda: bool(stopped), stopped.wait,
+        reconciled,
+    )  # fmt: skip

@@ -62,6 +62,17 @@ def parse_model_counters(text: str, model: str) -> ModelCounters:
     return ModelCounters(**sums)
 
 
+def parse_pending_requests(text: str, model: str) -> float:
+    """`nv_inference_pending_request_count` of `model` (requests queued, not yet executing), summed over versions."""
+    total = 0.0
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        pending = m is not None and m.group(1) == "nv_inference_pending_request_count"
+        if pending and m is not None and dict(_LABEL.findall(m.group(2) or "")).get("model") == model:
+            total += float(m.group(3))
+    return total
+
+
 def parse_p99_summary_us(text: str, model: str) -> float | None:
     """Triton's own P99 request latency (`nv_inference_request_summary_us{quantile="0.99"}`), if exported."""
     for line in text.splitlines():
