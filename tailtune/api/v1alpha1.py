@@ -512,6 +512,20 @@ DELAY_ABOVE_CAP = (
 )
 
 
+class Forecast(Model):
+    """Opt-in scale-out ahead of demand that repeats."""
+
+    enabled: Annotated[
+        bool,
+        Field(
+            description="Keep the demand per tuning interval (up to 480 intervals) and, where it repeats with a "
+            "period (autocorrelation), scale out ahead of the predicted rise by the measured pod start. It only "
+            "adds replicas or keeps them up for a predicted rise; scale-in stays on the measured demand. Off: the "
+            "tuner scales on the measured demand alone."
+        ),
+    ] = False
+
+
 class Tuning(Model):
     """The SLO autotuner."""
 
@@ -550,6 +564,7 @@ class Tuning(Model):
     headroom: Annotated[float, Field(gt=0, lt=1, description="Aim P99 at this share of the SLO (hysteresis band).")] = (
         0.8
     )
+    forecast: Annotated[Forecast, Field(description="Scale out ahead of demand that repeats.")] = Forecast()
 
     @model_validator(mode="after")
     def _rules(self) -> Tuning:

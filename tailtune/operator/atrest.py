@@ -37,8 +37,9 @@ ESTIMATE_TOLERANCE = FIGURE_TOLERANCE
 # Fields of status.latency that say when, not what: written with the figures, never the reason for a write.
 _WHEN = frozenset({"observed_at", "window_start", "window_end", "clean_window_end"})
 # Fields of the tuner state the checkpoint leaves to memory: window bookkeeping (an operator that restarts reads
-# the next window anew), compared below with their own rule.
-_BOOKKEEPING = frozenset({"last_window_end", "missing_windows", "recent_demand"})
+# the next window anew; the forecast's demand history moves every window and goes out with the next checkpoint),
+# compared below with their own rule.
+_BOOKKEEPING = frozenset({"last_window_end", "missing_windows", "recent_demand", "demand_history"})
 _ESTIMATES = frozenset({"calibration", "live", "good_windows"})
 
 

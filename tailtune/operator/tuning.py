@@ -502,7 +502,7 @@ async def _live_batch_stats(
 
 def _memory(state: TunerState) -> dict[str, object]:
     """The state that matters across restarts; window bookkeeping alone is not worth a write."""
-    return state.model_dump(exclude={"last_window_end", "missing_windows", "recent_demand"})
+    return state.model_dump(exclude={"last_window_end", "missing_windows", "recent_demand", "demand_history"})
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """`tailtune simulate`: what a tuning policy would do on your measured curve and recorded trace.
 
     tailtune simulate --curve CURVE.csv --trace TRACE.csv --slo-ms 30 [--percentile 99]
-      [--policy tailtune|triton-default|static:MAXBATCH:DELAY_US|aimd|oracle|min-cost|static-max]
+      [--policy tailtune|predictive|triton-default|static:MAXBATCH:DELAY_US|aimd|oracle|min-cost|static-max]
       [--start-max-batch N]
       [--instances N] [--replicas-max N] [--interval-s S] [--p99-noise FRACTION] [--gap START_S:WINDOWS]
       [--seed S] [--duration-s S] [--shed] [--json] [--plot FILE.png]
@@ -44,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--policy",
         default="tailtune",
-        help="tailtune|triton-default|static:MB:DELAY_US|aimd|oracle|min-cost|static-max",
+        help="tailtune|predictive (tailtune with spec.tuning.forecast on)|triton-default|static:MB:DELAY_US|aimd|"
+        "oracle|min-cost|static-max",
     )
     p.add_argument("--start-max-batch", type=int, default=1, help="max batch at the start (default 1)")
     p.add_argument("--instances", type=int, default=1, help="model instances per GPU (default 1)")

@@ -100,6 +100,8 @@ class Policy(_Frozen):
     # Scale in only to what the highest demand of this many seconds needs (the HPA's scale-down stabilization);
     # None: the HPA's default, 300 s (a replica given back too early comes back through a cold start and warmup).
     scale_in_stabilization_seconds: float | None = None
+    # Scale out ahead of demand that repeats (spec.tuning.forecast.enabled; `tailtune.tuner.forecast`).
+    forecast: bool = False
 
     @classmethod
     def from_spec(
@@ -143,6 +145,7 @@ class Policy(_Frozen):
             warmup_max=max(1, min(warmup_max, batch_max)),
             other_targets=slo.other_targets(),
             scale_in_stabilization_seconds=replicas.scale_in_stabilization_seconds,
+            forecast=tuning.forecast.enabled,
         )
 
     @property
@@ -217,6 +220,15 @@ class TooFewReplicas(_Frozen):
     at: datetime
 
 
+class DemandHistory(_Frozen):
+    """The demand per tuning interval, oldest first, for the seasonal forecast (`tailtune.tuner.forecast`): bin i
+    covers [start + i x step, start + (i + 1) x step); None where no window was read."""
+
+    start: datetime
+    step_seconds: float
+    rates: tuple[float | None, ...] = ()
+
+
 class TunerState(_Frozen):
     """What the tuner remembers between decisions; kept on the InferenceService so it survives restarts.
 
@@ -248,6 +260,8 @@ class TunerState(_Frozen):
     # first window that saw them so: at most an interval late). None: never measured.
     scaled_out_at: datetime | None = None
     startup_seconds: float | None = None
+    # Only with the forecast on (`Policy.forecast`): bounded (`forecast.HISTORY_BINS`).
+    demand_history: DemandHistory | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (RFC 3339 times)."""

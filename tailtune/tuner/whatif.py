@@ -4,6 +4,7 @@ Every policy sees the same arrivals (same seed) on the same curve. Policies:
 
 - `tailtune`: the operator's own loop (`tailtune.tuner.loop.tune_once`), the simulator as reader and
   applier, the build's ladder of the curve as its prior, Triton's batch statistics as live data;
+- `predictive`: the same loop with the seasonal forecast on (`tailtune.tuner.forecast`, spec.tuning.forecast);
 - `triton-default`: max batch = the engine's max, no delay, never changed;
 - `static:MAXBATCH:DELAY_US`: a fixed config;
 - `aimd`: Clipper-style additive increase (+2) / multiplicative decrease (x0.9) of max batch on the observed
@@ -293,17 +294,19 @@ class _Observer:
         return obs
 
 
-def run_tailtune(setup: Setup) -> Run:
-    """The operator's loop against the simulator."""
+def run_tailtune(setup: Setup, forecast: bool = False) -> Run:
+    """The operator's loop against the simulator (with `forecast`, spec.tuning.forecast.enabled: `predictive`)."""
     arr = _arrivals(setup)
     top = setup.curve.engine_max
     start = _batching(min(setup.start_max_batch, top))
     sim = _cluster(setup, arr, start, setup.replicas)
-    policy = policy_for(setup)
+    policy = policy_for(setup).model_copy(update={"forecast": forecast})
     observer = _Observer(sim, setup)
     in_force = InForce(batching=start, replicas=setup.replicas)
     state = TunerState()
-    run = Run("tailtune", arr, np.empty(0), [(0.0, start.max_batch_size, 0, setup.replicas)])
+    run = Run(
+        "predictive" if forecast else "tailtune", arr, np.empty(0), [(0.0, start.max_batch_size, 0, setup.replicas)]
+    )
 
     class Reader:
         def read(self, window_end: datetime) -> Observation:
@@ -420,6 +423,8 @@ def run_policy(setup: Setup, policy: str) -> Run:
     """Run one policy by name."""
     if policy == "tailtune":
         return run_tailtune(setup)
+    if policy == "predictive":
+        return run_tailtune(setup, forecast=True)
     if policy == "triton-default":
         return run_static(setup, setup.curve.engine_max, 0, setup.replicas, policy)
     if policy == "aimd":
@@ -438,8 +443,8 @@ def run_policy(setup: Setup, policy: str) -> Run:
             raise InputError(f"--policy {policy!r}: max batch must be 1..{setup.curve.engine_max} (the curve's)")
         return run_static(setup, max_batch, delay_us, setup.replicas, policy)
     raise InputError(
-        f"unknown --policy {policy!r}; use tailtune, triton-default, static:MB:DELAY_US, aimd, oracle, min-cost, "
-        "static-max"
+        f"unknown --policy {policy!r}; use tailtune, predictive, triton-default, static:MB:DELAY_US, aimd, oracle, "
+        "min-cost, static-max"
     )
 
 
@@ -662,7 +667,7 @@ def plot(setup: Setup, summaries: Sequence[dict[str, Any]], path: Path, title: s
         axes[0].plot(xs, p_ms, label=s["policy"], **line)
         axes[1].plot(xs, [r["goodput_rps"] for r in tl], label=s["policy"], **line)
         axes[2].step(xs, [r["max_batch"] for r in tl], where="pre", label=f"{s['policy']} max batch", **line)
-        if s["policy"] in ("tailtune", "min-cost"):  # the policies that scale
+        if s["policy"] in ("tailtune", "predictive", "min-cost"):  # the policies that scale
             reps = [r["replicas"] for r in tl]
             label = f"{s['policy']} replicas ({s.get('replica_seconds', 0):.0f} replica-s)"
             replicas_ax.step(xs, reps, where="pre", color=color, linestyle=":", label=label)
