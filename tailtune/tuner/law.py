@@ -49,18 +49,62 @@ scale-out (or a pod that came back) were all ready: fewer pods served part of it
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import itertools
 import math
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tailtune.api.v1alpha1 import Batching
-from tailtune.tuner.model import capacity as model_capacity
-from tailtune.tuner.model import chained, max_rate, predict, share_within
-from tailtune.tuner.servicetime import Curve, CurvePoint, learn, merged
+from tailtune.tuner.control.objective import (
+    BURST_GAIN,
+    CANDIDATE_CALIBRATION,
+    CANDIDATES_PER_OCTAVE,
+    DRAIN_INTERVALS,
+    REJECTED_DEMAND_SHARE,
+    SHARE_GAIN,
+    SWITCH_GAIN,
+    Candidate,
+    Plan,
+    best_plan,
+    candidate,
+    candidate_delays,
+    candidate_sizes,
+    drain_replicas,
+    is_fragile,
+    rejected_now,
+    safe_capacity,
+    share,
+)
+from tailtune.tuner.control.objective import _capacity as _capacity
+from tailtune.tuner.control.objective import applies as _applies
+from tailtune.tuner.control.objective import avoided as _avoided
+from tailtune.tuner.control.objective import measured_sizes as _measured_sizes
+from tailtune.tuner.control.objective import outrun as _outrun
+from tailtune.tuner.control.objective import share_gained as _share_gained
+from tailtune.tuner.control.reading import (
+    GROWTH_SHARE,
+    RAMP_HORIZON_INTERVALS,
+    ramp_rps_per_s,
+)
+from tailtune.tuner.control.reading import Reading as _Reading
+from tailtune.tuner.control.reading import as_delivered as _as_delivered
+from tailtune.tuner.control.reading import calibrate as _calibrate
+from tailtune.tuner.control.reading import partial as _partial
+from tailtune.tuner.control.reading import predicted_ms as _predicted_ms
+from tailtune.tuner.control.reading import read as _read
+from tailtune.tuner.control.reading import readiness as _readiness
+from tailtune.tuner.control.reading import recurs as _recurs
+from tailtune.tuner.servicetime import Curve, learn, merged
 from tailtune.tuner.types import Decision, InForce, Observation, Policy, RejectedConfig, TooFewReplicas, TunerState
+
+# What other modules, tests and benchmarks read of the law (its parts live in `tailtune.tuner.control`).
+__all__ = [
+    "AT_LIMITS", "BACKLOG_DRAINING", "BATCHING_TIGHTENED", "BATCHING_WIDENED", "BURST_GAIN", "CANDIDATES_PER_OCTAVE",
+    "CANDIDATE_CALIBRATION", "CONFIRMING", "COOLDOWN", "DRAIN_INTERVALS", "GROWTH_SHARE", "MAX_REJECTED",
+    "NO_TRAFFIC", "REJECTED_DEMAND_SHARE", "REPLICAS_NOT_READY", "SCALED_IN", "SCALED_OUT", "SETTLED", "SHARE_GAIN",
+    "SIGNAL_MISSING", "SLO_INFEASIBLE", "STALE_WINDOW", "SWITCH_GAIN", "WINDOW_ALREADY_SEEN", "WITHIN_BAND",
+    "Candidate", "Plan", "_Reading", "_capacity", "_choose", "_measured_sizes", "_share_gained", "best_plan",
+    "candidate", "candidate_delays", "candidate_sizes", "decide", "drain_replicas", "hold", "is_fragile",
+    "ramp_rps_per_s", "rejected_now", "safe_capacity", "share",
+]  # fmt: skip
 
 # Reason codes (CamelCase, for Events and conditions).
 WINDOW_ALREADY_SEEN = "WindowAlreadySeen"
@@ -80,90 +124,8 @@ SCALED_OUT = "ScaledOut"
 SCALED_IN = "ScaledIn"
 BACKLOG_DRAINING = "BacklogDraining"
 
-# A pending count growing faster than this share of the completion rate is a backlog.
-GROWTH_SHARE = 0.05
-# Without a measured queue growth, a backlogged window's demand is at least this share over completions.
-SATURATED_DEMAND_FACTOR = 1.25
-# A queue time above this share of the SLO, or above this many batch times, means a backlog.
-BACKLOG_SHARE_OF_SLO = 0.5
-BACKLOG_BATCHES = 3.0
-# A backlog is sized to drain within this many intervals.
-DRAIN_INTERVALS = 2
-# Calibration stays within these bounds and moves halfway (in log) to each clean window's ratio.
-CALIBRATION_RANGE = (0.5, 4.0)
-CALIBRATION_WEIGHT = 0.5
-# The share of the calibration that candidates other than the config in force get (bounds of the factor).
-CANDIDATE_CALIBRATION = (0.8, 1.25)
-# A candidate must beat the config in force by this share of robust load to be worth a reload.
-SWITCH_GAIN = 1.15
-# ... or have this much more burst capacity (what full batches drain) and be no less robust.
-BURST_GAIN = 1.1
-# Short of the SLO whatever the config: a reload only for this much more of the demand answered within it.
-SHARE_GAIN = 0.1
-# A config in force whose capacity is under 1/this of the most capable candidate's is fragile: a load step
-# away from a backlog. It is replaced even while the latency holds (and first thing, while there is no traffic).
-FRAGILE_FACTOR = 1.5
-# Past the largest measured size the model is a bet: at most this many times that size.
-EXPLORE_REACH = 2
-# Measured sizes planned on: of those within one bin of this many per octave, the most efficient (live statistics
-# measure every executed size, and a candidate per size costs a planner pass each: minutes at max batch 1024).
-CANDIDATES_PER_OCTAVE = 4
-# A config a canary rejected is not planned again for this long at a demand within this share of the one
-# it failed at (`TunerState.rejected`).
-REJECTED_FOR = timedelta(minutes=30)
-REJECTED_DEMAND_SHARE = 0.25
-# A demand that rose in each of this many windows is a ramp: the plan meets it this many intervals ahead (one
-# for the change to show in a window, one to confirm it).
-RAMP_WINDOWS = 3
-RAMP_HORIZON_INTERVALS = 2
-# ... rising by alike amounts: no rise more than this many times another (else it is a step).
-RAMP_EVENNESS = 3.0
 # Rejections remembered (oldest dropped first).
 MAX_REJECTED = 10
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One batching config with what the model says of it for one replica."""
-
-    max_batch: int
-    delay_us: int
-    capacity_rps: float  # full batches back to back
-    robust_rps: float  # most load within the aim (calibrated), capped by capacity at the target utilisation
-    extrapolated: bool
-    burst_rps: float = 0.0  # what survives a burst: the capacity, past the most efficient batch what full ones drain
-
-    def carries(self) -> float:
-        """Load one replica is planned to carry."""
-        return self.robust_rps
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The cheapest config for a load, or the most capable one when none carries it."""
-
-    candidate: Candidate
-    replicas: int
-    feasible: bool
-    load_rps: float
-    # Carries the load within the SLO but not within the aim (the headroom is used up).
-    within_slo_only: bool = False
-    # Short of the SLO and keeping up: the share of requests the model answers within the SLO at the demand
-    # with the candidate (its goodput per request; None when the plan is feasible, or when nothing keeps up).
-    share: float | None = None
-
-
-@dataclass(frozen=True)
-class _Reading:
-    p_ms: float
-    rate: float
-    demand_rps: float
-    saturated: bool
-    over: bool
-    comfortable: bool
-    overloaded: bool
-    draining: bool
-    backlog: float
 
 
 def decide(state: TunerState, in_force: InForce, observation: Observation, policy: Policy, now: datetime) -> Decision:
@@ -464,22 +426,6 @@ def _idle(st: TunerState, in_force: InForce, policy: Policy, now: datetime) -> D
     return _unfragile(st, in_force, policy, now, 0.0, NO_TRAFFIC, "no requests in the window; holding the config")
 
 
-def ramp_rps_per_s(recent: tuple[tuple[datetime, float], ...]) -> float:
-    """The growth of the demand per second over the last RAMP_WINDOWS windows when it rose in every one of them by
-    more than noise (GROWTH_SHARE) and by alike amounts (a sustained ramp, e.g. a diurnal morning), else 0: a step,
-    or a step after noise, is no trend."""
-    last = recent[-RAMP_WINDOWS:]
-    if len(last) < RAMP_WINDOWS:
-        return 0.0
-    rises = [b[1] - a[1] for a, b in itertools.pairwise(last)]
-    if any(x <= GROWTH_SHARE * a[1] for x, a in zip(rises, last, strict=False)):
-        return 0.0
-    if max(rises) > RAMP_EVENNESS * min(rises):
-        return 0.0
-    span = (last[-1][0] - last[0][0]).total_seconds()
-    return (last[-1][1] - last[0][1]) / span if span > 0 else 0.0
-
-
 def _unfragile(
     st: TunerState, in_force: InForce, policy: Policy, now: datetime, demand_rps: float, code: str, why: str
 ) -> Decision:
@@ -513,306 +459,6 @@ def _unfragile(
     new = in_force.model_copy(update={"batching": batching, "replicas": replicas, "changed_at": now, "reason": reason})
     st = st.model_copy(update={"last_reason_code": code})
     return Decision(action="change", in_force=new, reason=reason, reason_code=code, state=st)
-
-
-def _predicted_ms(curve: Curve, in_force: InForce, r: _Reading, policy: Policy) -> float:
-    """The model's latency at the percentile for the config in force at the measured demand, shared evenly by its
-    replicas (uncalibrated)."""
-    b = in_force.batching
-    per = r.demand_rps / max(1, in_force.replicas)
-    return predict(
-        curve.ms, b.max_batch_size, b.max_queue_delay_microseconds, policy.instances, per, policy.percentile
-    ).p_ms
-
-
-def _as_delivered(c: Candidate, r: _Reading, in_force: InForce) -> Candidate:
-    """The config in force as it performs: while requests pile up under it, what it delivers is its capacity,
-    whatever the model says (e.g. batches that ran away to a slow max batch on a superlinear curve)."""
-    if not r.saturated:
-        return c
-    delivered = r.rate / max(1, in_force.replicas)
-    return dataclasses.replace(
-        c,
-        capacity_rps=min(c.capacity_rps, delivered),
-        robust_rps=min(c.robust_rps, delivered),
-        burst_rps=min(c.burst_rps, delivered),
-    )
-
-
-def safe_capacity(curve: Curve, max_batch: int, delay_us: int) -> float:
-    """Capacity that survives a burst: past the most efficient batch, what full batches drain."""
-    return min(_curve_capacity(curve, max_batch, delay_us), 1000.0 * max_batch / curve.ms(max_batch))
-
-
-def is_fragile(curve: Curve, current: Candidate, policy: Policy) -> bool:
-    """Below the warmup batch, or far less burst-safe capacity than the most capable measured batch (too small
-    a max batch, or one so far past the efficient batch that one burst runs its batches away)."""
-    if current.max_batch < policy.warmup_max:
-        return True
-    sizes = [b for b in candidate_sizes(curve, policy) if b <= max(1, curve.largest)] or [current.max_batch]
-    most = max(safe_capacity(curve, b, policy.delay_min_us) for b in sizes)
-    now = min(current.capacity_rps, safe_capacity(curve, current.max_batch, current.delay_us))
-    return now * FRAGILE_FACTOR < most
-
-
-def _curve_capacity(curve: Curve, max_batch: int, delay_us: int) -> float:
-    return _capacity(tuple(curve.sizes), tuple(curve.times), max_batch, delay_us)
-
-
-@functools.lru_cache(maxsize=8192)
-def _capacity(sizes: tuple[int, ...], times: tuple[float, ...], max_batch: int, delay_us: int) -> float:
-    """`model.capacity` of a curve given by its points (memoized: the planner asks for it many times)."""
-    curve = Curve([CurvePoint(batch=b, ms=ms) for b, ms in zip(sizes, times, strict=True)])
-    return model_capacity(curve.ms, max_batch, delay_us)
-
-
-@functools.lru_cache(maxsize=8192)
-def _max_rate(
-    sizes: tuple[int, ...],
-    times: tuple[float, ...],
-    max_batch: int,
-    delay_us: int,
-    instances: int,
-    aim_ms: float,
-    percentile: float,
-    cap: float,
-) -> float:
-    """`model.max_rate` of a curve given by its points (memoized like `_capacity`: a tick asks the same candidates
-    of an unchanged curve for every plan and rule it weighs, and the next tick asks them again)."""
-    curve = Curve([CurvePoint(batch=b, ms=ms) for b, ms in zip(sizes, times, strict=True)])
-    return max_rate(curve.ms, max_batch, delay_us, instances, aim_ms, percentile, cap)
-
-
-def candidate(curve: Curve, max_batch: int, delay_us: int, policy: Policy, calibration: float) -> Candidate:
-    """What the model says of one batching config for one replica."""
-    t = curve.ms
-    cap = _curve_capacity(curve, max_batch, delay_us)
-    points = (tuple(curve.sizes), tuple(curve.times))
-    # Every target binds: the load a config carries is the least it carries within any of them.
-    robust = min(
-        _max_rate(
-            *points, max_batch, delay_us, policy.instances, policy.headroom * slo / max(calibration, 1e-6), pct, cap
-        )
-        for pct, slo in ((policy.percentile, policy.slo_ms), *policy.other_targets)
-    )
-    full = 1000.0 * max_batch / t(max_batch)
-    if full < cap:
-        # Past the most efficient batch a greedy batcher keeps up only while batches stay small; one burst that
-        # fills them runs away to slow full batches. Planned load is what full batches still drain.
-        robust = min(robust, policy.util_target * full)
-    return Candidate(
-        max_batch=max_batch,
-        delay_us=delay_us,
-        capacity_rps=cap,
-        robust_rps=min(robust, policy.util_target * cap),
-        extrapolated=max_batch > curve.largest,
-        burst_rps=min(cap, full),
-    )
-
-
-def candidate_sizes(curve: Curve, policy: Policy) -> list[int]:
-    """Max batch sizes worth evaluating: measured sizes (`_measured_sizes`), powers of two and their midpoints,
-    the bounds."""
-    low = max(policy.batch_min, policy.warmup_max)
-    high = max(low, min(policy.batch_max, EXPLORE_REACH * max(1, curve.largest)))
-    sizes = {low, high, *_measured_sizes(curve)}
-    b = 1
-    while b <= high:
-        sizes.update({b, b + b // 2})
-        b *= 2
-    return sorted(s for s in sizes if low <= s <= high)
-
-
-def _measured_sizes(curve: Curve) -> set[int]:
-    """The measured sizes worth a candidate: in each bin of 1/`CANDIDATES_PER_OCTAVE` of an octave the one that
-    serves the most per ms (b / t(b): a plateau's top, where a stepwise curve's best max batch lies), and the
-    largest. A ladder of powers of two and their midpoints keeps every size; dense live sizes keep a few."""
-    best: dict[int, tuple[float, int]] = {}  # bin -> (requests per ms, size)
-    for b, ms in zip(curve.sizes, curve.times, strict=True):
-        key = math.floor(CANDIDATES_PER_OCTAVE * math.log2(b) + 1e-9)
-        if key not in best or b / ms >= best[key][0]:
-            best[key] = (b / ms, b)
-    return {*(b for _, b in best.values()), curve.largest} if curve else set()
-
-
-def candidate_delays(curve: Curve, max_batch: int, policy: Policy) -> list[int]:
-    """Queue delays worth evaluating: the minimum, and with several instances a fraction of a batch time."""
-    delays = {policy.delay_min_us}
-    if policy.instances > 1 and max_batch > 1:
-        t_us = curve.ms(max_batch) * 1000
-        for share in (0.25, 0.5, 1.0):
-            delays.add(int(min(policy.delay_max_us, max(policy.delay_min_us, share * t_us))))
-    return sorted(delays)
-
-
-def rejected_now(st: TunerState, demand_rps: float | None, now: datetime) -> frozenset[tuple[int, int]]:
-    """(max batch, delay) of the configs rejected recently (by a canary, or left for breaking the SLO) at this
-    demand: at about it or less, since what fails at a demand fails at more (any demand: None)."""
-    return frozenset(
-        (x.batching.max_batch_size, x.batching.max_queue_delay_microseconds)
-        for x in st.rejected
-        if _applies(x.at, x.demand_rps, demand_rps, now)
-    )
-
-
-def _applies(at: datetime, failed_at_rps: float | None, demand_rps: float | None, now: datetime) -> bool:
-    """Whether a failure seen at `at` under `failed_at_rps` still counts now at `demand_rps` (None: any)."""
-    if now - at >= REJECTED_FOR:
-        return False
-    return demand_rps is None or failed_at_rps is None or failed_at_rps * (1 - REJECTED_DEMAND_SHARE) <= demand_rps
-
-
-def _avoided(max_batch: int, delay_us: int, avoid: frozenset[tuple[int, int]]) -> bool:
-    """Whether a config is one of `avoid` or its neighbour (the same delay, a max batch within a half step of the
-    candidate ladder: a greedy batcher under load runs both alike)."""
-    return any(d == delay_us and max(m, max_batch) < 1.5 * min(m, max_batch) for m, d in avoid)
-
-
-def best_plan(
-    curve: Curve,
-    load_rps: float,
-    policy: Policy,
-    calibration: float = 1.0,
-    backlog: bool = True,
-    avoid: frozenset[tuple[int, int]] = frozenset(),
-    peak_rps: float = 0.0,
-) -> Plan:
-    """The fewest replicas that carry `load_rps`, then the most robust batching, then the smaller batch.
-    Configs in `avoid` (rejected by a canary) are skipped unless nothing else is left. Short of the SLO within
-    the bounds, only configs that keep up with `peak_rps` (the highest demand seen lately) are considered."""
-    every = [
-        candidate(curve, b, d, policy, calibration)
-        for b in candidate_sizes(curve, policy)
-        for d in candidate_delays(curve, b, policy)
-    ]
-    cands = [c for c in every if not _avoided(c.max_batch, c.delay_us, avoid)] or every
-    best = max(cands, key=lambda c: (c.carries(), -c.max_batch, -c.delay_us))
-    if best.carries() <= 0:
-        best = max(cands, key=lambda c: (c.capacity_rps, -c.max_batch))
-    # Planned on: measured sizes (or the one that carries the most), and of those only configs with a fair share of
-    # the most capacity (a burst past the plan must not find a fragile one). The count is that of these configs: a
-    # fragile config's count with a sturdier config's batching leaves the plan short of its load.
-    fitting = [c for c in cands if not c.extrapolated or c is best]
-    most_rps = max(c.capacity_rps for c in fitting)
-    fitting = [c for c in fitting if c.capacity_rps * FRAGILE_FACTOR >= most_rps] or fitting
-    top = max(c.carries() for c in fitting)
-    need = _replicas_for(load_rps, top, policy)
-    if need > policy.replicas_max and policy.headroom < 1.0:
-        # Nothing keeps the aim within the bounds: the SLO itself is the next best target (no headroom left), on
-        # every replica the bounds allow (what would keep the aim costs more than that: the fewest that keep only
-        # the SLO would plan fewer replicas for more load, and spend the headroom the rest still buy).
-        at_slo = best_plan(
-            curve, load_rps, policy.model_copy(update={"headroom": 1.0}), calibration, backlog, avoid, peak_rps
-        )
-        if at_slo.feasible:
-            return Plan(at_slo.candidate, policy.replicas_max, True, load_rps, within_slo_only=True)
-        policy = policy.model_copy(update={"headroom": 1.0})
-        cands = [candidate(curve, c.max_batch, c.delay_us, policy, calibration) for c in cands]
-    if need > policy.replicas_max:
-        demand = load_rps / policy.demand_margin
-        # Keeping up comes first: a config that cannot carry the demand collapses into a backlog.
-        keeping = [c for c in cands if c.capacity_rps * policy.util_target * policy.replicas_max >= load_rps]
-        # As where the SLO holds: a burst past the plan (like the highest demand seen lately) must not find a
-        # fragile config, where a sturdy one carries about as much within the SLO.
-        most_rps = max((c.capacity_rps for c in cands if not c.extrapolated), default=0.0)
-
-        def sturdy(c: Candidate) -> bool:
-            return c.capacity_rps * FRAGILE_FACTOR >= most_rps
-
-        near = [c for c in keeping if c.carries() * policy.replicas_max * SWITCH_GAIN >= demand]
-        near = [c for c in near if sturdy(c) and c.capacity_rps * policy.replicas_max >= peak_rps] or near
-        if not backlog and near:
-            # Short of the margin but keeping up with it, at (nearly) the SLO: the most load within the SLO.
-            pick = max(near, key=lambda c: (c.carries(), c.capacity_rps, -c.max_batch))
-            return Plan(pick, policy.replicas_max, False, load_rps, within_slo_only=True)
-        if not backlog:
-            # Nothing that keeps up with the margin comes near the SLO: among the configs that keep up with the
-            # demand with its margin (and with the highest demand seen lately: a burst like the last ones must
-            # find a config that keeps up) at full use, the most load within the SLO at the demand itself ...
-            steady = [c for c in cands if c.capacity_rps * policy.replicas_max >= max(load_rps, peak_rps)]
-            holding = [c for c in steady if c.carries() * policy.replicas_max >= demand]
-            holding = [c for c in holding if sturdy(c)] or holding
-            if holding:
-                pick = max(holding, key=lambda c: (c.carries(), c.capacity_rps, -c.max_batch))
-                return Plan(pick, policy.replicas_max, False, load_rps, within_slo_only=True)
-            # ... and short of the SLO even at the demand itself: the most goodput is the largest share of the demand
-            # answered within the SLO (a config whose batches at this load take longer than the SLO answers none
-            # in time, however much it carries), then the most capacity.
-            shares = [(share(curve, c, demand, policy, calibration), c) for c in steady]
-            top_share = max((x for x, _ in shares), default=0.0)
-            if top_share > 0:
-                pick = max(
-                    (c for x, c in shares if x >= top_share - 0.01), key=lambda c: (c.capacity_rps, -c.max_batch)
-                )
-                return Plan(pick, policy.replicas_max, False, load_rps, within_slo_only=True, share=top_share)
-        if not backlog and keeping:
-            # Short of the SLO but keeping up: the most load within the SLO is the most goodput.
-            pick = max(keeping, key=lambda c: (c.carries(), c.capacity_rps, -c.max_batch))
-            return Plan(pick, policy.replicas_max, False, load_rps, within_slo_only=True)
-        # Requests pile up: the most capacity, to drain what it can.
-        most = max(cands, key=lambda c: (c.capacity_rps if not c.extrapolated else 0.0, -c.max_batch))
-        return Plan(most, policy.replicas_max, False, load_rps)
-    # Among the most robust (within 2 %): a larger cap costs nothing at low load (a greedy batcher forms small
-    # batches) and buys headroom, until the model says it breaks the aim.
-    # Among those (which carry the load on as many replicas, within the same 2 %), the most capacity (a burst beyond
-    # the plan is served, if late), then the smaller batch.
-    near = [c for c in fitting if c.carries() >= 0.98 * top]
-    pick = max(
-        near, key=lambda c: (round(c.capacity_rps / max(c.capacity_rps for c in near), 2), -c.max_batch, -c.delay_us)
-    )
-    return Plan(pick, need, True, load_rps)
-
-
-def drain_replicas(capacity_rps: float, queued: float, demand_rps: float, policy: Policy) -> int:
-    """The replicas at which a pod holding `queued` requests (Triton's queue is the pod's: new replicas take none of
-    it) drains them within DRAIN_INTERVALS at `capacity_rps` (full batches back to back) while the demand is spread
-    over all replicas: n >= demand / (capacity - queued / drain time). The most where a pod cannot drain that
-    fast at all."""
-    room = capacity_rps - queued / (DRAIN_INTERVALS * policy.interval_seconds)
-    if room <= 0:
-        return policy.replicas_max
-    return min(policy.replicas_max, max(policy.replicas_min, math.ceil(demand_rps / room)))
-
-
-def _replicas_for(load_rps: float, carries_rps: float, policy: Policy) -> int:
-    """The replicas that carry `load_rps` at `carries_rps` each (at least the spec's minimum; past the most where
-    a replica carries nothing)."""
-    need = math.ceil(load_rps / carries_rps) if carries_rps > 0 else policy.replicas_max + 1
-    return max(policy.replicas_min, need)
-
-
-def share(
-    curve: Curve, c: Candidate, demand_rps: float, policy: Policy, calibration: float, replicas: int = 0
-) -> float:
-    """The share of `demand_rps` the model answers within the SLO with `c` on `replicas` (default: the most)."""
-    per = demand_rps / max(1, replicas or policy.replicas_max)
-    if per >= c.capacity_rps:
-        return 0.0
-    return min(
-        share_within(
-            curve.ms, c.max_batch, c.delay_us, policy.instances, per, slo / max(calibration, 1e-6), c.capacity_rps
-        )
-        for _pct, slo in ((policy.percentile, policy.slo_ms), *policy.other_targets)
-    )
-
-
-def _share_gained(
-    target_share: float | None, target: Candidate, current_share: float, current: Candidate, policy: Policy
-) -> bool:
-    """Short of the SLO: the target answers a good deal more of the demand within the SLO (`target_share`) than the
-    config in force (`current`, answering `current_share`), by a share of it, and by a ratio too where either share
-    comes from the model's normal spread, whose error runs far past that share (the chain's, `model.chained`, stays
-    within it)."""
-    if target_share is None or target_share - current_share < SHARE_GAIN:
-        return False
-    both = all(chained(c.max_batch, c.delay_us, policy.instances) for c in (target, current))
-    return both or current_share * SWITCH_GAIN < target_share
-
-
-def _outrun(current: Candidate, target: Candidate, load_rps: float, pods: int) -> bool:
-    """On `pods` pods the full batches of the batching in force drain less than `load_rps`, and `target`'s drain
-    it: the batching in force runs away at that load where the target keeps up."""
-    return current.burst_rps * pods < load_rps <= target.burst_rps * pods
 
 
 def _choose(
@@ -874,11 +520,15 @@ def _choose(
         bridges = adding and _outrun(current, target, plan.load_rps, in_force.replicas)
         # Under a backlog a reload is for capacity alone: a batching no sturdier drains the queue no faster (its
         # edge in latency shows once the queue is gone).
-        if keep and not bridges and (
-            scaling_out
-            or (
-                not sturdier
-                and (r.saturated or spare or (carries_it and current.carries() * SWITCH_GAIN >= target.carries()))
+        if (
+            keep
+            and not bridges
+            and (
+                scaling_out
+                or (
+                    not sturdier
+                    and (r.saturated or spare or (carries_it and current.carries() * SWITCH_GAIN >= target.carries()))
+                )
             )
         ):
             # The batching in force carries the planned load and nothing is much more robust: no reload.
@@ -911,16 +561,6 @@ def _choose(
     return target, replicas, held
 
 
-def _calibrate(old: float, pred: float, r: _Reading) -> float:
-    """Move the calibration towards this window's observed/`pred`icted ratio of the config in force."""
-    if not (math.isfinite(pred) and pred > 0 and r.p_ms > 0):
-        return old
-    lo, hi = CALIBRATION_RANGE
-    ratio = min(hi, max(lo, r.p_ms / pred))
-    value = math.exp((1 - CALIBRATION_WEIGHT) * math.log(old) + CALIBRATION_WEIGHT * math.log(ratio))
-    return round(value, 4)
-
-
 def _without_curve(
     st: TunerState, in_force: InForce, r: _Reading, policy: Policy, now: datetime, seen: str
 ) -> Decision:
@@ -945,62 +585,6 @@ def _without_curve(
     st = st.model_copy(update={"bad_windows": 0, "good_windows": 0, "last_reason_code": SCALED_OUT})
     return Decision(
         action="change", in_force=new, reason=reason, reason_code=SCALED_OUT, state=st, demand_rps=r.demand_rps
-    )
-
-
-def _partial(obs: Observation, r: _Reading, rising: bool) -> bool:
-    """Whether the window's demand understates the present one: its tail shows more than the whole (past noise), a
-    crowd that entered part way through, whatever the windows before (the first after an idle spell has none);
-    without a tail figure, any rise over the last window may be one."""
-    tail = obs.tail_demand_rps
-    return rising if tail is None else tail > (1 + GROWTH_SHARE) * r.demand_rps
-
-
-def _recurs(recent: tuple[tuple[datetime, float], ...], margin: float) -> bool:
-    """Whether the last window's demand was reached before (within the margin) in `recent` (the stabilization
-    window) and fell back below it (past the margin) since: bursts, not a step."""
-    demand = recent[-1][1]
-    earlier = [d for _, d in recent[:-1]]
-    return any(
-        d * margin >= demand and any(x * margin < demand for x in earlier[i + 1 :]) for i, d in enumerate(earlier)
-    )
-
-
-def _read(obs: Observation, p_ms: float, rate: float, in_force: InForce, policy: Policy) -> _Reading:
-    seen = dict(obs.other_percentiles)
-    # (target ms, observed ms) of the other targets observed in this window (a missing one says nothing).
-    others = [(slo, ms) for pct, slo in policy.other_targets if (ms := seen.get(pct)) is not None]
-    delay_ms = in_force.batching.max_queue_delay_microseconds / 1000
-    waiting_ms = (obs.queue_ms or 0.0) - delay_ms
-    growth = obs.queue_growth_rps
-    # A queue several batches deep is a backlog. Without a measured queue growth, so is a wait past a share of the
-    # SLO; with one, such a wait behind long batches that keep up is their own cost, not a growing backlog.
-    deep_ms = BACKLOG_BATCHES * (obs.compute_ms if obs.compute_ms is not None else math.inf)
-    backlog_ms = (
-        deep_ms
-        if growth is not None and obs.compute_ms is not None
-        else min(BACKLOG_SHARE_OF_SLO * policy.slo_ms, deep_ms)
-    )
-    growing = growth is not None and growth > GROWTH_SHARE * rate
-    saturated = (obs.queue_ms is not None and waiting_ms >= backlog_ms) or growing
-    demand = rate + max(0.0, growth) if growth is not None else rate * (SATURATED_DEMAND_FACTOR if saturated else 1.0)
-    # Queued now: at least what the window added, what its mean wait says, and what the fullest pod holds.
-    backlog = max(max(0.0, growth or 0.0) * obs.span_seconds, rate * max(0.0, waiting_ms) / 1000, obs.pending_max or 0)
-    drain_s = 2 * DRAIN_INTERVALS * policy.interval_seconds
-    draining = growth is not None and growth < -GROWTH_SHARE * rate and backlog <= -growth * drain_s
-    queued = growing or (obs.compute_ms is not None and waiting_ms >= obs.compute_ms)
-    return _Reading(
-        p_ms=p_ms,
-        rate=rate,
-        demand_rps=demand,
-        saturated=saturated,
-        over=p_ms > policy.aim_ms or any(ms > policy.headroom * slo for slo, ms in others),
-        comfortable=p_ms < policy.comfort_ms
-        and not saturated
-        and all(ms < policy.headroom * policy.headroom * slo for slo, ms in others),
-        overloaded=p_ms > policy.slo_ms and queued and not draining,
-        draining=draining,
-        backlog=backlog if saturated else 0.0,
     )
 
 
@@ -1042,24 +626,6 @@ def _change_code(in_force: InForce, batching: Batching, replicas: int) -> str:
 
 def _describe(b: Batching, replicas: int) -> str:
     return f"max batch {b.max_batch_size}, delay {b.max_queue_delay_microseconds} us, {replicas} replica(s)"
-
-
-def _readiness(state: TunerState, in_force: InForce, obs: Observation) -> dict[str, object]:
-    """`ready_count` and `ready_at` after this window (see `TunerState`). The first count ever seen all ready
-    served the windows before it (a Deployment is Ready only once its pods are): no partial window then."""
-    ready, n = obs.ready_replicas, in_force.replicas
-    if ready is None:
-        return {}
-    if ready < n:
-        return {"ready_count": ready}
-    if n == state.ready_count:
-        return {}
-    grew = 0 < state.ready_count < n
-    out: dict[str, object] = {"ready_count": n, "ready_at": obs.window_end if grew else state.ready_at}
-    if grew and state.scaled_out_at is not None and obs.window_end > state.scaled_out_at:
-        out["startup_seconds"] = (obs.window_end - state.scaled_out_at).total_seconds()
-        out["scaled_out_at"] = None
-    return out
 
 
 def _reset(st: TunerState) -> TunerState:

@@ -1,0 +1,169 @@
+"""The reading of one window: the demand with what is queued, whether requests back up, the calibration of the
+model on the config in force, the demand's trend, and when the pods in force were all ready."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+from tailtune.tuner.control.objective import DRAIN_INTERVALS, Candidate
+from tailtune.tuner.model import predict
+from tailtune.tuner.servicetime import Curve
+from tailtune.tuner.types import InForce, Observation, Policy, TunerState
+
+# A pending count growing faster than this share of the completion rate is a backlog.
+GROWTH_SHARE = 0.05
+# Without a measured queue growth, a backlogged window's demand is at least this share over completions.
+SATURATED_DEMAND_FACTOR = 1.25
+# A queue time above this share of the SLO, or above this many batch times, means a backlog.
+BACKLOG_SHARE_OF_SLO = 0.5
+BACKLOG_BATCHES = 3.0
+# Calibration stays within these bounds and moves halfway (in log) to each clean window's ratio.
+CALIBRATION_RANGE = (0.5, 4.0)
+CALIBRATION_WEIGHT = 0.5
+# A demand that rose in each of this many windows is a ramp: the plan meets it this many intervals ahead (one
+# for the change to show in a window, one to confirm it).
+RAMP_WINDOWS = 3
+RAMP_HORIZON_INTERVALS = 2
+# ... rising by alike amounts: no rise more than this many times another (else it is a step).
+RAMP_EVENNESS = 3.0
+
+
+@dataclass(frozen=True)
+class Reading:
+    p_ms: float
+    rate: float
+    demand_rps: float
+    saturated: bool
+    over: bool
+    comfortable: bool
+    overloaded: bool
+    draining: bool
+    backlog: float
+
+
+def read(obs: Observation, p_ms: float, rate: float, in_force: InForce, policy: Policy) -> Reading:
+    seen = dict(obs.other_percentiles)
+    # (target ms, observed ms) of the other targets observed in this window (a missing one says nothing).
+    others = [(slo, ms) for pct, slo in policy.other_targets if (ms := seen.get(pct)) is not None]
+    delay_ms = in_force.batching.max_queue_delay_microseconds / 1000
+    waiting_ms = (obs.queue_ms or 0.0) - delay_ms
+    growth = obs.queue_growth_rps
+    # A queue several batches deep is a backlog. Without a measured queue growth, so is a wait past a share of the
+    # SLO; with one, such a wait behind long batches that keep up is their own cost, not a growing backlog.
+    deep_ms = BACKLOG_BATCHES * (obs.compute_ms if obs.compute_ms is not None else math.inf)
+    backlog_ms = (
+        deep_ms
+        if growth is not None and obs.compute_ms is not None
+        else min(BACKLOG_SHARE_OF_SLO * policy.slo_ms, deep_ms)
+    )
+    growing = growth is not None and growth > GROWTH_SHARE * rate
+    saturated = (obs.queue_ms is not None and waiting_ms >= backlog_ms) or growing
+    demand = rate + max(0.0, growth) if growth is not None else rate * (SATURATED_DEMAND_FACTOR if saturated else 1.0)
+    # Queued now: at least what the window added, what its mean wait says, and what the fullest pod holds.
+    backlog = max(max(0.0, growth or 0.0) * obs.span_seconds, rate * max(0.0, waiting_ms) / 1000, obs.pending_max or 0)
+    drain_s = 2 * DRAIN_INTERVALS * policy.interval_seconds
+    draining = growth is not None and growth < -GROWTH_SHARE * rate and backlog <= -growth * drain_s
+    queued = growing or (obs.compute_ms is not None and waiting_ms >= obs.compute_ms)
+    return Reading(
+        p_ms=p_ms,
+        rate=rate,
+        demand_rps=demand,
+        saturated=saturated,
+        over=p_ms > policy.aim_ms or any(ms > policy.headroom * slo for slo, ms in others),
+        comfortable=p_ms < policy.comfort_ms
+        and not saturated
+        and all(ms < policy.headroom * policy.headroom * slo for slo, ms in others),
+        overloaded=p_ms > policy.slo_ms and queued and not draining,
+        draining=draining,
+        backlog=backlog if saturated else 0.0,
+    )
+
+
+def calibrate(old: float, pred: float, r: Reading) -> float:
+    """Move the calibration towards this window's observed/`pred`icted ratio of the config in force."""
+    if not (math.isfinite(pred) and pred > 0 and r.p_ms > 0):
+        return old
+    lo, hi = CALIBRATION_RANGE
+    ratio = min(hi, max(lo, r.p_ms / pred))
+    value = math.exp((1 - CALIBRATION_WEIGHT) * math.log(old) + CALIBRATION_WEIGHT * math.log(ratio))
+    return round(value, 4)
+
+
+def predicted_ms(curve: Curve, in_force: InForce, r: Reading, policy: Policy) -> float:
+    """The model's latency at the percentile for the config in force at the measured demand, shared evenly by its
+    replicas (uncalibrated)."""
+    b = in_force.batching
+    per = r.demand_rps / max(1, in_force.replicas)
+    return predict(
+        curve.ms, b.max_batch_size, b.max_queue_delay_microseconds, policy.instances, per, policy.percentile
+    ).p_ms
+
+
+def as_delivered(c: Candidate, r: Reading, in_force: InForce) -> Candidate:
+    """The config in force as it performs: while requests pile up under it, what it delivers is its capacity,
+    whatever the model says (e.g. batches that ran away to a slow max batch on a superlinear curve)."""
+    if not r.saturated:
+        return c
+    delivered = r.rate / max(1, in_force.replicas)
+    return dataclasses.replace(
+        c,
+        capacity_rps=min(c.capacity_rps, delivered),
+        robust_rps=min(c.robust_rps, delivered),
+        burst_rps=min(c.burst_rps, delivered),
+    )
+
+
+def partial(obs: Observation, r: Reading, rising: bool) -> bool:
+    """Whether the window's demand understates the present one: its tail shows more than the whole (past noise), a
+    crowd that entered part way through, whatever the windows before (the first after an idle spell has none);
+    without a tail figure, any rise over the last window may be one."""
+    tail = obs.tail_demand_rps
+    return rising if tail is None else tail > (1 + GROWTH_SHARE) * r.demand_rps
+
+
+def recurs(recent: tuple[tuple[datetime, float], ...], margin: float) -> bool:
+    """Whether the last window's demand was reached before (within the margin) in `recent` (the stabilization
+    window) and fell back below it (past the margin) since: bursts, not a step."""
+    demand = recent[-1][1]
+    earlier = [d for _, d in recent[:-1]]
+    return any(
+        d * margin >= demand and any(x * margin < demand for x in earlier[i + 1 :]) for i, d in enumerate(earlier)
+    )
+
+
+def readiness(state: TunerState, in_force: InForce, obs: Observation) -> dict[str, object]:
+    """`ready_count` and `ready_at` after this window (see `TunerState`). The first count ever seen all ready
+    served the windows before it (a Deployment is Ready only once its pods are): no partial window then."""
+    ready, n = obs.ready_replicas, in_force.replicas
+    if ready is None:
+        return {}
+    if ready < n:
+        return {"ready_count": ready}
+    if n == state.ready_count:
+        return {}
+    grew = 0 < state.ready_count < n
+    out: dict[str, object] = {"ready_count": n, "ready_at": obs.window_end if grew else state.ready_at}
+    if grew and state.scaled_out_at is not None and obs.window_end > state.scaled_out_at:
+        out["startup_seconds"] = (obs.window_end - state.scaled_out_at).total_seconds()
+        out["scaled_out_at"] = None
+    return out
+
+
+def ramp_rps_per_s(recent: tuple[tuple[datetime, float], ...]) -> float:
+    """The growth of the demand per second over the last RAMP_WINDOWS windows when it rose in every one of them by
+    more than noise (GROWTH_SHARE) and by alike amounts (a sustained ramp, e.g. a diurnal morning), else 0: a step,
+    or a step after noise, is no trend."""
+    last = recent[-RAMP_WINDOWS:]
+    if len(last) < RAMP_WINDOWS:
+        return 0.0
+    rises = [b[1] - a[1] for a, b in itertools.pairwise(last)]
+    if any(x <= GROWTH_SHARE * a[1] for x, a in zip(rises, last, strict=False)):
+        return 0.0
+    if max(rises) > RAMP_EVENNESS * min(rises):
+        return 0.0
+    span = (last[-1][0] - last[0][0]).total_seconds()
+    return (last[-1][1] - last[0][1]) / span if span > 0 else 0.0
