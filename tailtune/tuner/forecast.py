@@ -27,7 +27,7 @@ import numpy as np
 
 from tailtune.tuner.law import candidate, hold
 from tailtune.tuner.servicetime import Curve, merged
-from tailtune.tuner.types import Decision, DemandHistory, InForce, Observation, Policy, TunerState
+from tailtune.tuner.types import TAIL_SHARE, Decision, DemandHistory, InForce, Observation, Policy, TunerState
 
 # Reason codes (CamelCase, for Events and conditions).
 SCALED_OUT_AHEAD = "ScaledOutAhead"
@@ -75,15 +75,18 @@ class Prediction:
     period: Period
 
 
-def window_demand(decision: Decision, obs: Observation) -> float | None:
-    """A window's demand for the history: the law's reading of it where it read one, else completions plus queue
-    growth (the law's plan sizes replicas for the window's demand, not for its tail: a forecast of more would keep
-    replicas the law gives back); None without a request rate."""
-    if decision.demand_rps is not None:
-        return decision.demand_rps
+def window_demand(obs: Observation) -> float | None:
+    """A window's demand for the history: the more of its two parts, the tail (`TAIL_SHARE` of it) and the rest
+    (the whole's completions plus queue growth less the tail's share). A rise shorter than the window shows near
+    its full rate in one part and diluted in the whole: the forecast is an upper bound. None without a request
+    rate."""
     if obs.request_rate is None:
         return None
-    return obs.request_rate + max(0.0, obs.queue_growth_rps or 0.0)
+    whole = obs.request_rate + max(0.0, obs.queue_growth_rps or 0.0)
+    if obs.tail_demand_rps is None:
+        return whole
+    rest = (whole - TAIL_SHARE * obs.tail_demand_rps) / (1 - TAIL_SHARE)
+    return max(whole, obs.tail_demand_rps, rest)
 
 
 def record(history: DemandHistory | None, at: datetime, demand_rps: float, step_seconds: float) -> DemandHistory:
@@ -125,14 +128,16 @@ def detect_period(rates: tuple[float | None, ...], step_seconds: float) -> Perio
         return None
     centred = np.where(known, x - float(np.nanmean(x)), 0.0)  # a gap counts as the mean: no evidence either way
     var = float(np.sum(centred**2)) / int(known.sum())
-    if var <= 1e-12 * max(1.0, float(np.nanmax(np.abs(x))) ** 2):
+    if var <= 1e-12 * max(1.0, float(np.nanmax(np.abs(x)))) ** 2:
         return None  # flat: nothing repeats
     both = known.astype(float)
     lags = top - MIN_PERIOD_BINS + 1
     acf = [1.0]
     for k in range(1, top + 2):
-        pairs = float(np.sum(both[:-k] * both[k:])) if k < n else 0.0
-        acf.append(float(np.sum(centred[:-k] * centred[k:])) / (pairs * var) if pairs > 0 else math.nan)
+        # Pearson's correlation over the pairs k apart that are both known (about the whole series' mean).
+        a, b = centred[:-k] * both[k:], centred[k:] * both[:-k]
+        norm = math.sqrt(float(np.sum(a**2)) * float(np.sum(b**2)))
+        acf.append(float(np.sum(a * b)) / norm if norm > 0 else math.nan)
     for k in range(MIN_PERIOD_BINS, top + 1):
         r = acf[k]
         if not math.isfinite(r):
@@ -146,8 +151,9 @@ def detect_period(rates: tuple[float | None, ...], step_seconds: float) -> Perio
 
 
 def predict(history: DemandHistory, now: datetime, horizon_seconds: float) -> Prediction | None:
-    """The most demand the last cycles saw at the phases of the bins ending within `horizon_seconds` of `now`
-    (PHASE_SLACK_BINS either side), the bin it is predicted for, and the period; None without a period."""
+    """The most demand the last MIN_REPEATS cycles saw at the phases of the bins ending within `horizon_seconds`
+    after `now` (PHASE_SLACK_BINS either side, never the phase of now or before), the bin it is predicted for, and
+    the period; None without a period."""
     period = detect_period(history.rates, history.step_seconds)
     if period is None:
         return None
@@ -161,7 +167,8 @@ def predict(history: DemandHistory, now: datetime, horizon_seconds: float) -> Pr
         for cycle in range(1, MIN_REPEATS + 1):
             centre = target - cycle * period.bins
             for i in range(centre - PHASE_SLACK_BINS, centre + PHASE_SLACK_BINS + 1):
-                value = rates[i] if 0 <= i <= last else None
+                # The slack reaches ahead, never back to the phase of now (a rise already here is the law's).
+                value = rates[i] if 0 <= i <= last and i + cycle * period.bins > now_bin else None
                 if value is not None and (best is None or value > best[0]):
                     best = (value, target)
     if best is None:
@@ -175,7 +182,7 @@ def ahead(decision: Decision, in_force: InForce, observation: Observation, polic
     demand within the next pod start and interval than the decision's replicas carry with the law's margin, that
     many replicas (at most replicas.max). Never fewer than the decision's: scale-in stays the law's."""
     st = decision.state
-    demand = window_demand(decision, observation)
+    demand = window_demand(observation)
     if demand is not None:
         st = st.model_copy(
             update={
