@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from devkit.llm.engine import (
@@ -83,7 +85,7 @@ def test_a_prompt_beyond_max_num_tokens_needs_chunked_prefill() -> None:
         engine.submit(Sequence("long", 4000, 2))
         _, times = run_to_completion(engine, [])
         short = [0.0, *times["short"]]  # its first token came out of the iteration before, at time 0
-        return max(b - a for a, b in zip(short, short[1:], strict=False))
+        return max(b - a for a, b in itertools.pairwise(short))
 
     whole, chunked = longest_gap(False), longest_gap(True)
     assert whole == pytest.approx(2 * 8.03e9 * 4001 / 121e12, rel=0.01)
