@@ -18,6 +18,7 @@ from tailtune.api.v1alpha1 import Batching
 from tailtune.tuner.forecast import ahead
 from tailtune.tuner.law import decide
 from tailtune.tuner.surge import (
+    CHECK_SECONDS,
     PANIC_WINDOW_SECONDS,
     PodReading,
     SurgeDecision,
@@ -89,7 +90,8 @@ class FastPath:
     ) -> tuple[SurgeDecision, TunerState, InForce]:
         """Decide on this read against the oldest read within the panic window; on a scale-out, the tuner state and
         config in force to keep (`surge.record_scale_out`), else the ones given. The caller applies the replicas."""
-        horizon = now - timedelta(seconds=PANIC_WINDOW_SECONDS)
+        # (Half a check's slack: a read due exactly a panic window ago that came a little late still counts.)
+        horizon = now - timedelta(seconds=PANIC_WINDOW_SECONDS + CHECK_SECONDS / 2)
         while self.reads and (not self.reads[0] or min(r.at for r in self.reads[0]) < horizon):
             self.reads.popleft()
         window = read_window(self.reads[0] if self.reads else (), readings)
