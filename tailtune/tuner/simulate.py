@@ -4,7 +4,7 @@
       [--policy tailtune|predictive|triton-default|static:MAXBATCH:DELAY_US|aimd|oracle|min-cost|static-max]
       [--start-max-batch N]
       [--instances N] [--replicas-max N] [--interval-s S] [--p99-noise FRACTION] [--gap START_S:WINDOWS]
-      [--seed S] [--duration-s S] [--shed] [--json] [--plot FILE.png]
+      [--seed S] [--duration-s S] [--shed] [--fast-path] [--json] [--plot FILE.png]
 
 CURVE.csv: header `batch,ms`, measured points (linear between them; a stepwise curve is given as points);
 its largest batch is the engine's max. TRACE.csv: header `t_s,rate_rps`, a piecewise-constant Poisson rate;
@@ -63,6 +63,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="load shedding (spec.serving.shedding): reject a request whose queue wait passes the SLO minus t(max "
         "batch in force); the JSON's rejected_share counts them (never answered, so never in goodput)",
+    )
+    p.add_argument(
+        "--fast-path",
+        action="store_true",
+        help="the surge fast path between ticks (as the operator runs it): every 2 s, the pods' queues over the last "
+        "6 s; a queue that outgrows the SLO asks for replicas at once (tailtune policy only)",
     )
     return p
 
@@ -124,6 +130,7 @@ def _setup(args: argparse.Namespace) -> Setup:
         seed=args.seed,
         duration_s=args.duration_s,
         shed=args.shed,
+        fast_path=args.fast_path,
     )
     end = setup.end_s
     expected = sum(rate * (min(b, end) - a) for a, b, rate in setup.segments if a < end)

@@ -4,8 +4,12 @@ from near idle gets its scale-out request within 10 s of its start, against the 
 from __future__ import annotations
 
 import dataclasses
+import io
+import json
+from pathlib import Path
 
 from tailtune.sim.curves import PiecewiseCurve
+from tailtune.tuner import simulate
 from tailtune.tuner.surge import SURGE_SCALE_OUT
 from tailtune.tuner.whatif import Run, Setup, run_policy
 
@@ -38,3 +42,19 @@ def test_a_surge_from_idle_is_met_within_10_s_with_the_fast_path_and_at_the_next
     assert _first_scale_out(on) - SURGE_AT <= 10.0
     assert any(code == SURGE_SCALE_OUT for _, code, _ in on.codes)
     assert on.first_pod_queue_max < off.first_pod_queue_max
+
+
+def test_simulate_fast_path_flag_reaches_the_loop(tmp_path: Path) -> None:
+    """`tailtune simulate --fast-path` runs the fast path: the same surge pays for its replicas from earlier on
+    (caught: a flag parsed but never handed to the simulator's loop)."""
+    curve, trace = tmp_path / "curve.csv", tmp_path / "trace.csv"
+    curve.write_text("batch,ms\n" + "".join(f"{b},{CURVE.ms(b)}\n" for b in (1, 2, 4, 8, 16)))
+    trace.write_text("t_s,rate_rps\n0,5\n95,400\n150,400\n")
+    common = ["--curve", str(curve), "--trace", str(trace), "--slo-ms", str(SETUP.slo_ms), "--replicas-max", "8"]
+    common += ["--start-max-batch", "8", "--seed", "3", "--json"]
+    costs = []
+    for extra in ([], ["--fast-path"]):
+        out = io.StringIO()
+        assert simulate.main([*common, *extra], out) == 0
+        costs.append(json.loads(out.getvalue())["replica_seconds"])
+    assert costs[1] > costs[0]
