@@ -148,8 +148,9 @@ def decide_surge(
     if window is None:
         st = replace(surge, last_check=now)
         return SurgeDecision(False, n, False, "no two reads of the ready pods to compare yet", st)
-    # When the queue started growing: at the check before the first one that saw it grow (said in the Event).
-    growing = window.growth_rps > GROWTH_SHARE * max(window.completed_rps, 1.0 / max(window.span_s, 1e-9))
+    # The queue grows: by a request or more over the window, faster than the law's backlog share of the completions.
+    growing = window.growth_rps * window.span_s >= 1.0 and window.growth_rps > GROWTH_SHARE * window.completed_rps
+    # Since when: the check before the first one that saw it grow (said in the Event).
     growing_since = (surge.growing_since or surge.last_check or window.start) if growing else None
     st = replace(surge, last_check=now, growing_since=growing_since)
     growing_for = (now - growing_since).total_seconds() if growing_since is not None else 0.0
