@@ -8,14 +8,18 @@ whole life: it is loaded fresh for the run, so the cumulative buckets are exactl
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 
 from devkit.llm import metrics as names
 from devkit.llm.load import Lengths, StreamingLoad, StreamRecord, summarize
@@ -153,3 +157,29 @@ def test_the_kv_budget_caps_running_sequences_and_the_gauges_say_so(deployer: De
     assert {g["kv.max"] for g in busy} == {32} and {g["kv.tokens_per"] for g in busy} == {64}
     assert max(g["kv.used"] for g in busy) <= 32 and max(g["kv.fraction"] for g in busy) > 0.5
     assert seen[-1]["request.max"] == 256
+
+
+def test_a_request_the_engine_cannot_take_gets_an_error_naming_the_fix(deployer: Deployer) -> None:
+    """A prompt longer than max_num_tokens without chunked prefill is answered at once with an error that says
+    what to change, and the model keeps serving (caught: a refusal sent as an error response must not take the
+    stepper thread or the server down)."""
+    model = _deploy(deployer, EmulatedLlm(roofline="h100", max_num_tokens=256))
+    client = grpcclient.InferenceServerClient(deployer.server.grpc_url)
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        for prompt in (512, 64):
+            ids = grpcclient.InferInput("input_ids", [prompt], "INT32")
+            ids.set_data_from_numpy(np.ones(prompt, dtype=np.int32))
+            out = grpcclient.InferInput("request_output_len", [1], "INT32")
+            out.set_data_from_numpy(np.array([2], dtype=np.int32))
+            client.async_stream_infer(model, [ids, out], request_id=str(prompt), enable_empty_final_response=True)
+            result, error = answers.get(timeout=10)
+            if prompt == 512:
+                assert result is None and "enable chunked prefill" in str(error), (result, error)
+            else:
+                assert error is None and result.as_numpy("output_ids") is not None
+    finally:
+        client.stop_stream()
+        client.close()
+    assert deployer.server.running()
