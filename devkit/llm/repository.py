@@ -56,7 +56,8 @@ def source_root() -> str:
 
 
 def render_config(name: str, llm: EmulatedLlm) -> str:
-    """config.pbtxt: decoupled, one CPU instance (one emulated GPU), TensorRT-LLM's tensor names. Pure."""
+    """config.pbtxt: decoupled, one CPU instance (one emulated GPU), TensorRT-LLM's tensor names; the paths of this
+    venv and checkout as parameters, for the stub to import numpy and the engine."""
     params = {**llm.parameters(), "site_packages": venv_site_packages(), "source_root": source_root()}
     lines = [
         f'name: "{name}"',
