@@ -115,9 +115,9 @@ class WatchCluster(FastCluster, Protocol):
     ) -> Observed: ...
 
 
-# The ready pods' addresses are looked up (an API read) when the ready count changes, else this often; a pod that
-# did not answer is not read again until then (a pod that never runs, as on kwok's fake nodes, costs one timeout).
-PODS_LOOKUP_SECONDS = 60.0
+# A pod that did not answer is read again after this long (a pod that never runs, as on kwok's fake nodes, costs one
+# read timeout a minute on the fast path's own threads, and no API request).
+SILENT_RETRY_SECONDS = 60.0
 # The pods are read on threads of their own, never the API client's (a pod that hangs holds one for the read timeout).
 _READS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fastpath")
 
@@ -134,25 +134,24 @@ async def watch_surges(
 ) -> None:
     """The fast path of one InferenceService until `stopped()`: read the ready pods every CHECK_SECONDS and, under
     the object's lock (never beside a tuner tick or a reconcile), check the object as last seen (`current`, kopf's
-    body: no API read per check); reconcile after a scale-out."""
+    body); reconcile after a scale-out. The pods' addresses are looked up (an API read) only when the ready count in
+    status moves: at rest the fast path sends the API server nothing."""
     fast = FastPath()
     ips: tuple[str, ...] = ()
     silent: set[str] = set()
-    ready_seen, looked_up = -1, -math.inf
+    ready_seen, retried = -1, -math.inf
     loop = asyncio.get_running_loop()
     while not stopped():
         started = time.monotonic()
         try:
             isvc = parse_isvc(current())
             serving = isvc is not None and isvc.spec.tuning.enabled and isvc.status.replicas.ready >= 1
-            if (
-                isvc is not None
-                and serving
-                and (isvc.status.replicas.ready != ready_seen or started - looked_up >= PODS_LOOKUP_SECONDS)
-            ):
+            if isvc is not None and serving and isvc.status.replicas.ready != ready_seen:
                 observed = await cluster.observe(isvc, engine_cache_key(isvc), job_report=False, pod_ips=True)
                 ips = observed.deployment.ready_pod_ips if observed.deployment else ()
-                ready_seen, looked_up, silent = isvc.status.replicas.ready, started, set()
+                ready_seen, silent = isvc.status.replicas.ready, set()
+            if started - retried >= SILENT_RETRY_SECONDS:
+                retried, silent = started, set()
             live = tuple(ip for ip in ips if ip not in silent) if serving and isvc is not None else ()
             if live and isvc is not None:
                 readings = await loop.run_in_executor(_READS, read, live, isvc.model_name, datetime.now(UTC))
