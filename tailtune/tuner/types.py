@@ -290,6 +290,9 @@ class Decision(_Frozen):
     infeasible: bool = False
     demand_rps: float | None = None
     capacity_rps: float | None = None
+    # The gate or guard of the law that held or limited the plan (`tailtune.tuner.control.gates` and `.guards`
+    # name themselves), "" where the plan went through as made.
+    bound_by: str = ""
 
     @property
     def batching(self) -> Batching:

@@ -343,3 +343,22 @@ def outrun(current: Candidate, target: Candidate, load_rps: float, pods: int) ->
     """On `pods` pods the full batches of the batching in force drain less than `load_rps`, and `target`'s drain
     it: the batching in force runs away at that load where the target keeps up."""
     return current.burst_rps * pods < load_rps <= target.burst_rps * pods
+
+
+def explain(plan: Plan, load: float, curve: Curve, policy: Policy, alarm: bool = True) -> str:
+    """What the plan says, for a reason: the batching, what one replica carries, the count (or, infeasible, the
+    count it would take; `alarm`: said as infeasible, else as no margin left)."""
+    c = plan.candidate
+    bet = f" (past the largest measured batch {curve.largest}: extrapolated)" if c.extrapolated else ""
+    if not plan.feasible:
+        need = math.ceil(load / c.carries()) if c.carries() > 0 else math.inf
+        what = "infeasible within the bounds" if alarm else "the SLO holds, with no margin left within the bounds"
+        return (
+            f"{what}: {load:.0f} req/s with margin needs {need} replicas at max batch "
+            f"{c.max_batch} ({c.carries():.0f} req/s each within the SLO{bet}); at most {policy.replicas_max}"
+        )
+    target = "the SLO (no headroom left for the aim)" if plan.within_slo_only else "the aim"
+    return (
+        f"model: max batch {c.max_batch}{bet} carries {c.carries():.0f} req/s per replica within {target} "
+        f"(capacity {c.capacity_rps:.0f}); {load:.0f} req/s with margin takes {plan.replicas}"
+    )

@@ -7,11 +7,11 @@ import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from tailtune.tuner.control.objective import DRAIN_INTERVALS, Candidate
 from tailtune.tuner.model import predict
-from tailtune.tuner.servicetime import Curve
+from tailtune.tuner.servicetime import Curve, merged
 from tailtune.tuner.types import InForce, Observation, Policy, TunerState
 
 # A pending count growing faster than this share of the completion rate is a backlog.
@@ -167,3 +167,57 @@ def ramp_rps_per_s(recent: tuple[tuple[datetime, float], ...]) -> float:
         return 0.0
     span = (last[-1][0] - last[0][0]).total_seconds()
     return (last[-1][1] - last[0][1]) / span if span > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Window:
+    """One judged window as the law reads it, once per tick: what every later step reads."""
+
+    curve: Curve  # the build's curve refined by the live statistics (empty: none measured yet)
+    r: Reading
+    # (window end, demand) over the scale-in stabilization window, this one last.
+    recent: tuple[tuple[datetime, float], ...]
+    # The model's latency for the config in force at the measured demand (NaN without a curve), and the
+    # calibration held before this window moved it.
+    predicted_ms: float
+    calibration_before: float
+    bad: bool
+    # The demand rose over the last window past noise (a crowd may have entered part way through).
+    rising: bool
+    seen: str  # what the window showed, the head of every reason
+
+
+def read_window(
+    st: TunerState, in_force: InForce, obs: Observation, policy: Policy, p_ms: float, rate: float
+) -> tuple[TunerState, Window]:
+    """Read the window (`read`), keep its demand for the stabilization window, calibrate the model on the config
+    in force, and count the window bad, good or neither."""
+    curve = Curve(merged(policy.build_curve, st.live))
+    r = read(obs, p_ms, rate, in_force, policy)
+    horizon = obs.window_end - timedelta(seconds=policy.scale_in_window_seconds)
+    recent = (*tuple((t, d) for t, d in st.recent_demand if t > horizon), (obs.window_end, r.demand_rps))
+    calibration_before = st.calibration
+    st = st.model_copy(update={"recent_demand": recent})
+    # The model's latency for the config in force at the measured demand: what the calibration corrects, and what
+    # tells a foretold bad window from noise.
+    predicted = predicted_ms(curve, in_force, r, policy) if curve else math.nan
+    if curve and not r.saturated:
+        st = st.model_copy(update={"calibration": calibrate(st.calibration, predicted, r)})
+    bad = r.over or r.saturated
+    good = r.comfortable and not bad
+    # A window that overlaps the last one counted bad is the same evidence (a 60 s summary read every 30 s):
+    # bad windows are counted once per distinct window.
+    distinct = st.last_bad_window_end is None or obs.window_start >= st.last_bad_window_end
+    st = st.model_copy(
+        update={
+            "missing_windows": 0,
+            "bad_windows": (st.bad_windows + (1 if distinct else 0)) if bad else 0,
+            "last_bad_window_end": (obs.window_end if distinct else st.last_bad_window_end) if bad else None,
+            "good_windows": st.good_windows + 1 if good else 0,
+        }
+    )
+    seen = f"P{policy.percentile:g} {r.p_ms:.1f} ms (aim {policy.aim_ms:.1f}) at {r.demand_rps:.0f} req/s" + (
+        ", queue backing up" if r.saturated else ""
+    )
+    rising = len(recent) >= 2 and recent[-1][1] > (1 + GROWTH_SHARE) * recent[-2][1]
+    return st, Window(curve, r, recent, predicted, calibration_before, bad, rising, seen)

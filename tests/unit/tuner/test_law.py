@@ -18,6 +18,7 @@ import pytest
 
 from tailtune.api.v1alpha1 import Batching
 from tailtune.tuner import law
+from tailtune.tuner.control import guards
 from tailtune.tuner.law import Candidate, best_plan, candidate, decide
 from tailtune.tuner.model import chained, predict
 from tailtune.tuner.servicetime import MIN_LIVE_SAMPLES, BatchSample, Curve, CurvePoint, merged
@@ -1033,8 +1034,8 @@ def test_j_relieving_bad_windows_judges_the_batching_at_the_replicas_kept() -> N
             p_ms=17.0, rate=load, demand_rps=load, saturated=False, over=True, comfortable=False, overloaded=False,
             draining=False, backlog=0.0,
         )  # fmt: skip
-        chosen, _, _ = law._choose(plan, current, in_force, reading, True, policy)
-        assert chosen == current, (i, plan.replicas, kept, current.robust_rps, per)
+        chosen, _ = guards.choose(plan, current, in_force, reading, True, policy)
+        assert chosen.target == current, (i, plan.replicas, kept, current.robust_rps, per)
 
 
 def test_i_a_batching_left_past_the_slo_is_remembered_even_where_nothing_holds_it() -> None:
