@@ -72,13 +72,14 @@ def test_server_ttft_and_tpot_percentiles_agree_with_the_streaming_client(deploy
     P50/P90 (histograms through Prometheus) are within 5 % of the client's. It fails when the server measures
     something else than the user feels: a TTFT clock started at admission instead of arrival (queueing left
     out), or a TPOT taken per gap instead of per request."""
-    # Half time: the L4's 8 requests/s in emulated time, twice the samples per wall second.
-    model = _deploy(deployer, EmulatedLlm(roofline="l4", time_scale=0.5))
+    # Real time: the few ms between the client's send and the model's execute (more on a busy machine) stay
+    # under 2 % of a TTFT near 170 ms; at half time they reached 3.6 %.
+    model = _deploy(deployer, EmulatedLlm(roofline="l4"))
     load = StreamingLoad(
         deployer.server.grpc_url,
         model,
-        [Phase(0.0, 16.0)],
-        duration_s=5.0,
+        [Phase(0.0, 8.0)],
+        duration_s=7.0,
         prompt=Lengths(median=384, sigma=0.6, low=16, high=2048),
         output=Lengths(median=12, sigma=0.4, low=2, high=48),
         seed=39,
@@ -86,7 +87,7 @@ def test_server_ttft_and_tpot_percentiles_agree_with_the_streaming_client(deploy
     records = load.run()
     client = summarize(records)
     assert client.failed == 0 and not load.errors, load.errors
-    assert client.completed >= 60
+    assert client.completed >= 40
     _wait_scraped(prometheus, model, client.completed)
     errors: dict[str, float] = {}
     for label, histogram, truth in (
