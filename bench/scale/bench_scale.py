@@ -122,6 +122,28 @@ def ready_count(env: dict[str, str]) -> int:
     )
 
 
+def engine_store(env: dict[str, str], namespace: str, pv_name: str) -> None:
+    """A bound PersistentVolumeClaim `tailtune-engines` (the engine store) in the namespace, on a hostPath PV."""
+    pv = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": pv_name},
+        "spec": {
+            "capacity": {"storage": "1Ti"},
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": "",
+            "hostPath": {"path": f"/tmp/tailtune-{pv_name}"},
+            "claimRef": {"namespace": namespace, "name": "tailtune-engines"},
+        },
+    }
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+           "metadata": {"name": "tailtune-engines", "namespace": namespace},
+           "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv_name,
+                    "resources": {"requests": {"storage": "1Ti"}}}}  # fmt: skip
+    kubectl(env, "delete", "pv", pv_name, "--ignore-not-found")  # a Released PV from an earlier run
+    kubectl(env, "apply", "-f", "-", input=yaml.safe_dump_all([pv, pvc]))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=200)
@@ -132,24 +154,7 @@ def main() -> int:
     kubectl(env, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
     kubectl(env, "apply", "-f", "-", input=yaml.safe_dump_all(gpu_nodes((args.count + 7) // 8 + 1)))
     kubectl(env, "create", "namespace", NAMESPACE, check=False)
-    pv = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": "scale-engines"},
-        "spec": {
-            "capacity": {"storage": "1Ti"},
-            "accessModes": ["ReadWriteMany"],
-            "storageClassName": "",
-            "hostPath": {"path": "/tmp/tailtune-scale"},
-            "claimRef": {"namespace": NAMESPACE, "name": "tailtune-engines"},
-        },
-    }
-    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-           "metadata": {"name": "tailtune-engines", "namespace": NAMESPACE},
-           "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": "scale-engines",
-                    "resources": {"requests": {"storage": "1Ti"}}}}  # fmt: skip
-    kubectl(env, "delete", "pv", "scale-engines", "--ignore-not-found")  # a Released PV from an earlier run
-    kubectl(env, "apply", "-f", "-", input=yaml.safe_dump_all([pv, pvc]))
+    engine_store(env, NAMESPACE, "scale-engines")
     OUT.mkdir(parents=True, exist_ok=True)
     log = (OUT / "operator.log").open("w")
     op = subprocess.Popen([sys.executable, "-m", "tailtune", "operator"], env=env, stdout=log, stderr=subprocess.STDOUT)
