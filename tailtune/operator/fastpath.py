@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from tailtune.api.keys import METRICS_PORT
 from tailtune.api.v1alpha1 import InferenceService, ObjectMeta
+from tailtune.operator import metrics
 from tailtune.operator.atrest import TunerMemory
 from tailtune.operator.engine import build_curve, engine_cache_key
 from tailtune.operator.inforce import in_force as config_in_force
@@ -167,5 +168,6 @@ async def watch_surges(
                         if fresh is not None:
                             await reconcile(fresh)
         except Exception:  # never let one failed check end the loop: the next check reads again
+            metrics.ERRORS.labels("fastpath").inc()  # what an alert on tailtune_errors sees
             log.exception("fast path: check failed")
         await sleep(max(0.0, CHECK_SECONDS - (time.monotonic() - started)))
