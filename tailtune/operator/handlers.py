@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -49,6 +50,13 @@ BUILD_CHECK_SECONDS = 10.0
 # Deployment's status stays the same): look this often, so ServingReady names Triton's words within a minute.
 SERVING_CHECK_SECONDS = 10.0
 SERVING_CHILD_RESOURCES = ("configmaps", "services")  # watched for drift when the credentials allow it
+# How long kopf waits for a daemon or timer told to stop (the object deleted) to end on its own before it cancels it
+# or polls it again: the upper end of what kopf's docs advise (0.001-0.1 s). Ours end within it: the tuner leaves its
+# tick at once, a timer's reconcile of a deleted object returns before any API call.
+INSTANT_EXIT_SECONDS = 0.1
+# How often kopf looks again at a timer still running when its object is deleted (kopf's default is 60 s, which held
+# deletions that long): a reconcile in flight is a few API round trips, seconds at most on a loaded API server.
+EXIT_POLL_SECONDS = 2.0
 
 
 class State:
@@ -67,6 +75,17 @@ class State:
         self.memory = TunerMemory()
         # The ticks' Prometheus reads: those due together go out as one read for the fleet (tailtune.operator.ticks).
         self.reads = FleetReads()
+        # Each InferenceService as kopf's watch shows it: the tuner daemon's `body`, a live view kopf updates with
+        # every event of the object, registered while the daemon runs. Read instead of a GET (`current`).
+        self.bodies: dict[tuple[str, str], Mapping[str, Any]] = {}
+
+    async def current(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object as the watch shows it, or as our own later write left it (`watched.WriteEchoes`); a GET only
+        when the watch's body is not known here (no daemon running for it yet)."""
+        watched = self.bodies.get((namespace, name))
+        if watched is None:
+            return await self.cluster.read_isvc(namespace, name)
+        return self.cluster.freshest(namespace, name, watched)
 
 
 def _state(memo: Any) -> State:
@@ -90,6 +109,8 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.batching.error_delays = [1, 2, 5, 10, 30, 60]
     # How long a silent peer is believed alive: a standby takes over at most this long after the active one died.
     settings.peering.lifetime = int(os.environ.get("TAILTUNE_PEERING_LIFETIME", "60"))
+    settings.background.instant_exit_timeout = INSTANT_EXIT_SECONDS
+    settings.background.cancellation_polling = EXIT_POLL_SECONDS
     # The Kubernetes client blocks: give its calls (run in threads) as many workers as pooled connections.
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=API_CONCURRENCY))
     cluster = KubeCluster(load_config())
@@ -115,14 +136,18 @@ async def run_reconcile(
     force: bool = False,
     force_if: Callable[[], bool] | None = None,
 ) -> None:
-    """Reconcile one InferenceService under its lock (from `body`, else a fresh read) and record metrics.
+    """Reconcile one InferenceService under its lock (from `body`, else the watch's newest, else a read) and record
+    metrics.
 
-    `force_if` is asked under the lock, after any reconcile in flight has recorded what it applied.
+    `force_if` is asked under the lock, after any reconcile in flight has recorded what it applied. An object being
+    deleted is not reconciled, and not waited for: its children go with it.
     """
     state = _state(memo)
+    if _deleting(body if body is not None else state.bodies.get((namespace, name))):
+        return
     async with state.locks[(namespace, name)]:
-        raw = body if body is not None else await state.cluster.read_isvc(namespace, name)
-        if raw is None or raw.get("metadata", {}).get("deletionTimestamp"):
+        raw = body if body is not None else await state.current(namespace, name)
+        if raw is None or _deleting(raw):
             return
         if force_if is not None and force_if():
             log.info("%s/%s: a child was changed by someone else: re-applying", namespace, name)
@@ -134,6 +159,10 @@ async def run_reconcile(
                 metrics.RECONCILES.labels("error").inc()
                 raise
     record_outcome(namespace, name, outcome)
+
+
+def _deleting(body: Mapping[str, Any] | None) -> bool:
+    return body is not None and bool((body.get("metadata") or {}).get("deletionTimestamp"))
 
 
 def record_outcome(namespace: str, name: str, outcome: Outcome) -> None:
@@ -224,6 +253,10 @@ async def child_changed(body: kopf.Body, type: str | None, memo: Any, logger: ko
     namespace = body.metadata.namespace or "default"
     kind, meta = str(body.get("kind", "")), dict(body.metadata)
     cluster = _state(memo).cluster
+    if kind == "Deployment":  # the tuner lists a Deployment's pods again only when it moved (`watched.PodIps`)
+        cluster.saw_deployment(
+            namespace, str(meta.get("name", "")), None if type == "DELETED" else meta.get("resourceVersion")
+        )
     owners = [
         ref["name"]
         for ref in body.metadata.get("ownerReferences", [])
@@ -264,7 +297,7 @@ async def tuner_tick(state: State, namespace: str, name: str) -> float:
     reconcile. At most one tick per object is in flight.
     """
     key = (namespace, name)
-    raw = await state.cluster.read_isvc(namespace, name)
+    raw = await state.current(namespace, name)
     isvc = parse_isvc(raw) if raw else None
     if isvc is None or not isvc.spec.tuning.enabled:
         return RESYNC_SECONDS
@@ -276,8 +309,8 @@ async def tuner_tick(state: State, namespace: str, name: str) -> float:
         read = await state.reads.read(*read_request(isvc))
         async with state.locks[key]:
             now = datetime.now(UTC)
-            # Re-read under the lock: a reconcile may have moved the object while Prometheus answered.
-            raw = await state.cluster.read_isvc(namespace, name)
+            # Again under the lock: a reconcile may have moved the object while Prometheus answered.
+            raw = await state.current(namespace, name)
             isvc = parse_isvc(raw) if raw else None
             if isvc is None or not isvc.spec.tuning.enabled:
                 return RESYNC_SECONDS
@@ -291,7 +324,7 @@ async def tuner_tick(state: State, namespace: str, name: str) -> float:
             # Reconcile now when the tuner changed the config (ConfigMap, replicas: kopf does not react to our
             # own annotations), when the new latency moves SLOMet, or a rollout moves status.rollout (status,
             # which reconcile writes).
-            fresh = await state.cluster.read_isvc(namespace, name)
+            fresh = await state.current(namespace, name)  # with what this tick wrote
             fresh_isvc = parse_isvc(fresh) if fresh else None
             status_moves = fresh_isvc is not None and (
                 slo_condition_moved(fresh_isvc, fresh_isvc.status.latency)
@@ -315,14 +348,36 @@ def retry_delay(failures: int, interval: float) -> float:
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0, initial_delay=5.0)
 async def tuner(
-    namespace: str | None, name: str, uid: str | None, memo: Any, stopped: kopf.DaemonStopped, **_: Any
+    namespace: str | None,
+    name: str,
+    uid: str | None,
+    body: kopf.Body,
+    memo: Any,
+    stopped: kopf.DaemonStopped,
+    **_: Any,
 ) -> None:
     """The SLO tuner of one InferenceService: every `tuning.intervalSeconds`, on its own phase of the interval
-    (`ticks.tick_phase`), read Prometheus, decide, apply."""
+    (`ticks.tick_phase`), read Prometheus, decide, apply.
+
+    Its `body` (kopf's live view of the watched object) is what every handler of this process reads the object from
+    while it runs. Told to stop (the object deleted, the operator exiting), it leaves a tick in flight at once and
+    ends without being cancelled: kopf then removes its finalizer without polling it again.
+    """
+    state, key = _state(memo), (namespace or "default", name)
+    state.bodies[key] = body
+    ticking = asyncio.ensure_future(_tune_until_stopped(memo, namespace, name, uid, stopped))
+    stop = asyncio.ensure_future(stopped.wait())
     try:
-        await _tune_until_stopped(memo, namespace, name, uid, stopped)
+        await asyncio.wait((ticking, stop), return_when=asyncio.FIRST_COMPLETED)
     finally:
-        _state(memo).memory.forget(uid)  # deleted, or no longer this process's to tune: its annotation is the truth
+        stop.cancel()
+        ticking.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticking
+        state.bodies.pop(key, None)
+        state.cluster.echoes.forget(key)
+        state.cluster.pod_ips.forget(key)
+        state.memory.forget(uid)  # deleted, or no longer this process's to tune: its annotation is the truth
 
 
 async def _tune_until_stopped(

@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +25,7 @@ from tailtune.operator.builders.engine_job import ENGINE_BUILD
 from tailtune.operator.builders.triton import COMPONENT
 from tailtune.operator.observed import ChildRejected, DeploymentObservation, JobObservation, Observed
 from tailtune.operator.pods import summarise_triton_pods, termination_message, unschedulable
+from tailtune.operator.watched import PodIps, WriteEchoes
 
 __all__ = ["ApiException", "ChildRejected", "KubeCluster", "load_config"]
 
@@ -82,6 +84,12 @@ class KubeCluster:
         # What our last apply of each child left (Deployment: generation; others: resourceVersion): a child
         # event that shows anything else is someone else's edit (drift), repaired at once.
         self.applied_versions: dict[tuple[str, str, str], str] = {}
+        # Each InferenceService as our last write left it, until kopf's watch shows that version (`watched`).
+        self.echoes = WriteEchoes()
+        # The resourceVersion of each Triton Deployment as kopf's watch last showed it, and the ready pods' IPs
+        # listed at that version: a tuner tick lists pods only when the Deployment moved.
+        self.deployment_versions: dict[tuple[str, str], str] = {}
+        self.pod_ips = PodIps()
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
         self.batch = client.BatchV1Api(api)
@@ -170,6 +178,35 @@ class KubeCluster:
             ready_pod_ips=pods_said.ready_ips,
             desired_hash=(dep.metadata.annotations or {}).get(DESIRED_HASH_ANNOTATION, ""),
         )
+
+    async def ready_pod_ips(self, isvc: InferenceService) -> tuple[str, ...]:
+        """The IPs of the InferenceService's ready Triton pods: one label-selected LIST when its Deployment moved
+        since the last one (or its version is not known from the watch), none at rest."""
+        key = (isvc.metadata.namespace, isvc.metadata.name)
+        version = self.deployment_versions.get((isvc.metadata.namespace, deployment_name(isvc)), "")
+        known = self.pod_ips.get(key, version)
+        if known is not None:
+            return known
+        sel = ",".join(f"{k}={v}" for k, v in selector(isvc, COMPONENT).items())
+        found = await asyncio.to_thread(self.core.list_namespaced_pod, isvc.metadata.namespace, label_selector=sel)
+        ips = summarise_triton_pods([self.api.sanitize_for_serialization(p) for p in found.items]).ready_ips
+        self.pod_ips.put(key, version, ips)
+        return ips
+
+    def saw_deployment(self, namespace: str, name: str, version: str | None) -> None:
+        """kopf's watch showed the Deployment at `version` (None: deleted)."""
+        if version is None:
+            self.deployment_versions.pop((namespace, name), None)
+        else:
+            self.deployment_versions[(namespace, name)] = version
+
+    def freshest(self, namespace: str, name: str, watched: Mapping[str, Any]) -> dict[str, Any]:
+        """The InferenceService as kopf's watch shows it (`watched`), or as our own later write left it."""
+        return self.echoes.freshest((namespace, name), watched, time.monotonic())
+
+    def _wrote(self, meta: ObjectMeta, answer: Any) -> None:
+        if isinstance(answer, dict):
+            self.echoes.wrote((meta.namespace, meta.name), answer, time.monotonic())
 
     def may_watch(self, resource: str, group: str = "", namespaces: Sequence[str] = ()) -> bool:
         """Whether our credentials may list and watch `resource` in each of `namespaces`, or in every namespace
@@ -270,17 +307,19 @@ class KubeCluster:
     async def write_status(self, meta: ObjectMeta, status: InferenceServiceStatus) -> None:
         """Replace status through the status subresource (one write per reconcile)."""
         body = {"status": status.model_dump(by_alias=True, mode="json", exclude_none=True)}
-        await asyncio.to_thread(
+        answer = await asyncio.to_thread(
             self.custom.patch_namespaced_custom_object_status,
             GROUP, VERSION, meta.namespace, PLURAL, meta.name, body,
         )  # fmt: skip
+        self._wrote(meta, answer)
 
     async def patch_annotations(self, meta: ObjectMeta, annotations: dict[str, str]) -> None:
         """Merge-patch annotations of the InferenceService (tuner state and the config in force)."""
         body = {"metadata": {"annotations": annotations}}
-        await asyncio.to_thread(
+        answer = await asyncio.to_thread(
             self.custom.patch_namespaced_custom_object, GROUP, VERSION, meta.namespace, PLURAL, meta.name, body
         )
+        self._wrote(meta, answer)
 
     async def patch_latency(
         self, meta: ObjectMeta, latency: LatencyStatus, conditions: list[Condition] | None = None
@@ -291,9 +330,10 @@ class KubeCluster:
         if conditions is not None:
             status["conditions"] = [c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in conditions]
         body = {"status": status}
-        await asyncio.to_thread(
+        answer = await asyncio.to_thread(
             self.custom.patch_namespaced_custom_object_status, GROUP, VERSION, meta.namespace, PLURAL, meta.name, body
         )
+        self._wrote(meta, answer)
 
     async def emit_event(self, meta: ObjectMeta, type_: str, reason: str, message: str) -> None:
         """A Kubernetes Event on the InferenceService (condition transitions, tuner decisions)."""

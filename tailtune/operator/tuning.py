@@ -84,6 +84,7 @@ class TunerCluster(Protocol):
     async def observe(
         self, isvc: InferenceService, job_name: str, *, job_report: bool = True, pod_ips: bool = False
     ) -> Observed: ...
+    async def ready_pod_ips(self, isvc: InferenceService) -> tuple[str, ...]: ...
     async def patch_annotations(self, meta: ObjectMeta, annotations: dict[str, str]) -> None: ...
     async def patch_latency(
         self, meta: ObjectMeta, latency: LatencyStatus, conditions: list[Condition] | None = None
@@ -486,13 +487,12 @@ def judged_hold(state: TunerState, applied: InForce, observation: Observation, r
 async def _live_batch_stats(
     isvc: InferenceService, cluster: TunerCluster, batch_stats: BatchStats | None
 ) -> tuple[BatchSample, ...]:
-    """The live service-time samples of the ready pods (none when unavailable: the build's curve stands)."""
+    """The live service-time samples of the ready pods (none when unavailable: the build's curve stands). The pods
+    are the cluster's list at the Deployment's version (`watched.PodIps`): no API request at rest."""
     if batch_stats is None:
         return ()
     try:
-        key = engine_cache_key(isvc)
-        observed = await cluster.observe(isvc, key, job_report=False, pod_ips=True)
-        ips = observed.deployment.ready_pod_ips if observed.deployment else ()
+        ips = await cluster.ready_pod_ips(isvc)
         deltas = await asyncio.to_thread(batch_stats.read, [f"{ip}:{GRPC_PORT}" for ip in ips])
     except Exception as exc:  # statistics are a refinement: without them the build's curve stands
         log.info("%s/%s: Triton batch statistics unavailable: %s", isvc.metadata.namespace, isvc.metadata.name, exc)

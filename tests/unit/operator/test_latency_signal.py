@@ -196,6 +196,9 @@ class Recorder:
     async def observe(self, isvc: InferenceService, job_name: str, **_: Any) -> Observed:
         return self.observed
 
+    async def ready_pod_ips(self, isvc: InferenceService) -> tuple[str, ...]:
+        return self.observed.deployment.ready_pod_ips if self.observed.deployment else ()
+
     async def patch_annotations(self, meta: ObjectMeta, annotations: dict[str, str]) -> None:
         return None
 

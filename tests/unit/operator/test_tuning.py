@@ -36,6 +36,9 @@ class FakeTunerCluster:
     ) -> Observed:
         return self.observed
 
+    async def ready_pod_ips(self, isvc: InferenceService) -> tuple[str, ...]:
+        return self.observed.deployment.ready_pod_ips if self.observed.deployment else ()
+
     async def patch_annotations(self, meta: ObjectMeta, annotations: dict[str, str]) -> None:
         self.annotations.update(annotations)
 

@@ -1,0 +1,94 @@
+"""What the operator knows of its objects without asking the API server: kopf's watch, and its own writes.
+
+A tuner tick reads its InferenceService from the body kopf's watch keeps up to date (the daemon's `body`, a live
+view), not with a GET. The watch shows our own writes a moment after they are made: until it does, the object the
+write returned is the newer one. `WriteEchoes` keeps each object's last write until the watch shows that version or a
+later one, the way kopf waits for the version it patched (`settings.persistence.consistency_timeout`), and never
+longer than ECHO_TIMEOUT_SECONDS. "Later" is told by the resourceVersion: the API server's is etcd's revision, a
+number that only grows; where it is not a number only the same version counts, and the timeout ends the wait (kopf
+batches one object's events, so the watch may skip our version and show a later one).
+
+The Triton pods a tick reads batch statistics from are listed once per version of their Deployment (`PodIps`): the
+Deployment's status moves whenever a pod starts, becomes ready, stops being ready or goes, and kopf already watches
+the Deployments, so at rest a tick lists no pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# How long our own write is believed newer than what the watch shows: kopf's default consistency timeout (5 s,
+# `settings.persistence.consistency_timeout`), the time it gives the watch to show a version it patched.
+ECHO_TIMEOUT_SECONDS = 5.0
+
+Key = tuple[str, str]  # (namespace, name)
+
+
+def resource_version(body: Mapping[str, Any]) -> str:
+    """The object's metadata.resourceVersion, "" when it has none."""
+    return str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _not_before(seen: str, written: str) -> bool:
+    """Whether the version `seen` is `written` or later."""
+    if seen == written:
+        return True
+    if seen.isdigit() and written.isdigit():
+        return int(seen) > int(written)
+    return False
+
+
+@dataclass
+class WriteEchoes:
+    """Each object's last write by this process, kept until the watch shows it (or ECHO_TIMEOUT_SECONDS pass)."""
+
+    timeout: float = ECHO_TIMEOUT_SECONDS
+    written: dict[Key, tuple[str, dict[str, Any], float]] = field(default_factory=dict)  # key -> (version, body, at)
+
+    def wrote(self, key: Key, body: Mapping[str, Any], now: float) -> None:
+        """The API server answered our write of `key` with `body` at `now` (monotonic seconds)."""
+        self.written[key] = (resource_version(body), dict(body), now)
+
+    def freshest(self, key: Key, watched: Mapping[str, Any], now: float) -> dict[str, Any]:
+        """The newest we know of the object: our last write while the watch has not shown it yet, else what the
+        watch shows."""
+        entry = self.written.get(key)
+        if entry is None:
+            return dict(watched)
+        version, body, at = entry
+        if _not_before(resource_version(watched), version) or now - at > self.timeout:
+            del self.written[key]
+            return dict(watched)
+        return body
+
+    def forget(self, key: Key) -> None:
+        """The object is gone, or no longer this process's."""
+        self.written.pop(key, None)
+
+
+@dataclass
+class PodIps:
+    """The ready Triton pods' IPs of each object, as listed at one version of its Deployment."""
+
+    listed: dict[Key, tuple[str, tuple[str, ...]]] = field(default_factory=dict)  # key -> (Deployment version, IPs)
+
+    def get(self, key: Key, deployment_version: str) -> tuple[str, ...] | None:
+        """The IPs listed at this version of the Deployment; None when they must be listed (another version, never
+        listed, or the Deployment's version unknown)."""
+        entry = self.listed.get(key)
+        if not deployment_version or entry is None or entry[0] != deployment_version:
+            return None
+        return entry[1]
+
+    def put(self, key: Key, deployment_version: str, ips: tuple[str, ...]) -> None:
+        """The IPs listed while the Deployment was at `deployment_version` ("" when unknown: never reused)."""
+        if deployment_version:
+            self.listed[key] = (deployment_version, ips)
+        else:
+            self.listed.pop(key, None)
+
+    def forget(self, key: Key) -> None:
+        """Listed anew next time (a pod did not answer, or the object is gone)."""
+        self.listed.pop(key, None)
