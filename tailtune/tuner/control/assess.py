@@ -11,6 +11,7 @@ from datetime import datetime
 from tailtune.tuner.control.objective import (
     CANDIDATE_CALIBRATION,
     DRAIN_INTERVALS,
+    NO_HEADROOM,
     Candidate,
     Plan,
     avoided,
@@ -127,7 +128,7 @@ def assess(st: TunerState, in_force: InForce, obs: Observation, policy: Policy, 
     at_risk = in_force.replicas * observed.carries() < load or is_fragile(curve, current, policy)
     if plan.within_slo_only:
         # The plan's candidates were judged against the SLO, not the aim: so is the config in force here.
-        at_slo = policy.model_copy(update={"headroom": 1.0})
+        at_slo = policy.model_copy(update={"headroom": NO_HEADROOM})
         current = candidate(curve, mb, delay, at_slo, mild)
         current = current if unjudged else as_delivered(current, r, in_force)
     # (A share plan is made only without a backlog: `current` is the config in force as the model has it.)

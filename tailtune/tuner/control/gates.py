@@ -23,7 +23,7 @@ from tailtune.tuner.control.decision import (
     hold,
     reset,
 )
-from tailtune.tuner.control.objective import best_plan, candidate, is_fragile, rejected_now
+from tailtune.tuner.control.objective import UNCALIBRATED, best_plan, candidate, is_fragile, rejected_now
 from tailtune.tuner.control.reading import Reading
 from tailtune.tuner.servicetime import Curve, merged
 from tailtune.tuner.types import Decision, InForce, Observation, Policy, TunerState
@@ -110,9 +110,9 @@ def leave_fragile(
         return hold(st, in_force, code, why, bound_by=gate)
     # Without traffic any config a canary rejected lately stays out, whatever load it failed at.
     avoid = rejected_now(st, demand_rps if demand_rps > 0 else None, now)
-    plan = best_plan(curve, demand_rps * policy.demand_margin, policy, 1.0, backlog=False, avoid=avoid)
+    plan = best_plan(curve, demand_rps * policy.demand_margin, policy, UNCALIBRATED, backlog=False, avoid=avoid)
     b = in_force.batching
-    current = candidate(curve, b.max_batch_size, b.max_queue_delay_microseconds, policy, 1.0)
+    current = candidate(curve, b.max_batch_size, b.max_queue_delay_microseconds, policy, UNCALIBRATED)
     best = plan.candidate
     if not is_fragile(curve, current, policy) or (best.max_batch, best.delay_us) == (
         b.max_batch_size,

@@ -36,6 +36,9 @@ from tailtune.tuner.types import Decision, InForce, Policy
 # A divisor that keeps a per-replica load finite where the model gives a candidate no load within the comfort line
 # (requests per second; far below any load a replica serves).
 NO_LOAD_RPS = 1e-9
+# Most of the replicas a scale-in gives back at once (design value: a step soon after a scale-in meets half the
+# capacity, not a fraction of it).
+SCALE_IN_MOST_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -332,7 +335,7 @@ def scale_in_by_half(p: Proposal, t: Tick) -> Proposal:
     n = t.in_force.replicas
     if p.replicas >= n:
         return p
-    halved = max(p.replicas, math.ceil(n / 2))
+    halved = max(p.replicas, math.ceil(n * SCALE_IN_MOST_SHARE))
     if halved <= p.replicas:
         return p
     note = f"; at most half the replicas given back at once ({n} -> {halved})"

@@ -14,28 +14,58 @@ from tailtune.tuner.model import chained, max_rate, share_within
 from tailtune.tuner.servicetime import Curve, CurvePoint
 from tailtune.tuner.types import Policy, TunerState
 
-# A backlog is sized to drain within this many intervals.
+# Each constant is the quantity it names; where its value comes from follows it. "Design value": chosen when the
+# rule was written, not measured nor derived; the benchmark families (bench/tuner) are how it is judged.
+
+# Milliseconds in a second (t(b) is in ms, rates in req/s).
+MS_PER_S = 1000.0
+# Microseconds in a millisecond (queue delays are in us).
+US_PER_MS = 1000.0
+# Intervals within which a backlog is planned to drain (design value: gone within a minute at the default 30 s).
 DRAIN_INTERVALS = 2
-# The share of the calibration that candidates other than the config in force get (bounds of the factor).
+# Bounds of the calibration factor that candidates other than the config in force get (design value: the residual
+# measured on one regime says little of another; symmetric in log, 1/1.25 = 0.8).
 CANDIDATE_CALIBRATION = (0.8, 1.25)
-# A candidate must beat the config in force by this share of robust load to be worth a reload.
+# Robust load a candidate must have over the config in force to be worth a reload, a pause on every pod (design
+# value: past the few percent the model's calibration moves from window to window).
 SWITCH_GAIN = 1.15
-# ... or have this much more burst capacity (what full batches drain) and be no less robust.
+# ... or burst capacity (what full batches drain), at no less robust load (design value).
 BURST_GAIN = 1.1
-# Short of the SLO whatever the config: a reload only for this much more of the demand answered within it.
+# Short of the SLO whatever the config: share of the demand answered within it a reload must add (design value).
 SHARE_GAIN = 0.1
-# A config in force whose capacity is under 1/this of the most capable candidate's is fragile: a load step
-# away from a backlog. It is replaced even while the latency holds (and first thing, while there is no traffic).
+# Ratio under which a config's burst-safe capacity to the most capable candidate's is fragile, a load step away from
+# a backlog; replaced even while the latency holds, first thing while there is no traffic (design value).
 FRAGILE_FACTOR = 1.5
-# Past the largest measured size the model is a bet: at most this many times that size.
+# Largest planned max batch, in multiples of the largest measured size: past it the model is a bet (one octave;
+# design value).
 EXPLORE_REACH = 2
-# Measured sizes planned on: of those within one bin of this many per octave, the most efficient (live statistics
-# measure every executed size, and a candidate per size costs a planner pass each: minutes at max batch 1024).
+# Measured sizes planned on per octave: of those in one bin, the most efficient (cost: live statistics measure every
+# executed size, and a candidate per size costs a planner pass each: minutes at max batch 1024).
 CANDIDATES_PER_OCTAVE = 4
-# A config a canary rejected is not planned again for this long at a demand within this share of the one
-# it failed at (`TunerState.rejected`).
+# Float slack of the octave bins (so an exact power of two lands in its own bin).
+BIN_EPSILON = 1e-9
+# Queue delays tried with several instances per GPU, as shares of a full batch's time (a delay lets a batch fill
+# before an idle instance grabs it; beyond one batch time it only adds latency).
+DELAY_SHARES_OF_BATCH = (0.25, 0.5, 1.0)
+# How long a config a canary rejected (or left for breaking the SLO) stays out of the plan, and the share below
+# the demand it failed at within which it does (`TunerState.rejected`; design values).
 REJECTED_FOR = timedelta(minutes=30)
 REJECTED_DEMAND_SHARE = 0.25
+# Max batch ratio within which two configs at the same delay are neighbours, alike under a greedy batcher: a half
+# step of the candidate ladder (powers of two and their midpoints are 1.33 to 1.5 apart).
+NEIGHBOUR_RATIO = 1.5
+# Robust load within which candidates are alike to the planner (2 %: below the model's error).
+ROBUST_TIE = 0.98
+# Share of the demand within which two configs answer alike short of the SLO (one point: below the model's error).
+SHARE_TIE = 0.01
+# Decimal digits to which capacity ratios are compared among alike candidates (1 %).
+CAPACITY_TIE_DIGITS = 2
+# The headroom of a plan that keeps only the SLO (no headroom left for the aim).
+NO_HEADROOM = 1.0
+# The calibration factor of a model taken as it is (no window has corrected it).
+UNCALIBRATED = 1.0
+# Least calibration divided by (keeps a target finite; the calibration itself stays within CALIBRATION_RANGE).
+MIN_CALIBRATION = 1e-6
 
 
 @dataclass(frozen=True)
@@ -71,7 +101,7 @@ class Plan:
 
 def safe_capacity(curve: Curve, max_batch: int, delay_us: int) -> float:
     """Capacity that survives a burst: past the most efficient batch, what full batches drain."""
-    return min(curve_capacity(curve, max_batch, delay_us), 1000.0 * max_batch / curve.ms(max_batch))
+    return min(curve_capacity(curve, max_batch, delay_us), MS_PER_S * max_batch / curve.ms(max_batch))
 
 
 def is_fragile(curve: Curve, current: Candidate, policy: Policy) -> bool:
@@ -121,11 +151,17 @@ def candidate(curve: Curve, max_batch: int, delay_us: int, policy: Policy, calib
     # Every target binds: the load a config carries is the least it carries within any of them.
     robust = min(
         _max_rate(
-            *points, max_batch, delay_us, policy.instances, policy.headroom * slo / max(calibration, 1e-6), pct, cap
+            *points,
+            max_batch,
+            delay_us,
+            policy.instances,
+            policy.headroom * slo / max(calibration, MIN_CALIBRATION),
+            pct,
+            cap,
         )
         for pct, slo in ((policy.percentile, policy.slo_ms), *policy.other_targets)
     )
-    full = 1000.0 * max_batch / t(max_batch)
+    full = MS_PER_S * max_batch / t(max_batch)
     if full < cap:
         # Past the most efficient batch a greedy batcher keeps up only while batches stay small; one burst that
         # fills them runs away to slow full batches. Planned load is what full batches still drain.
@@ -159,7 +195,7 @@ def measured_sizes(curve: Curve) -> set[int]:
     largest. A ladder of powers of two and their midpoints keeps every size; dense live sizes keep a few."""
     best: dict[int, tuple[float, int]] = {}  # bin -> (requests per ms, size)
     for b, ms in zip(curve.sizes, curve.times, strict=True):
-        key = math.floor(CANDIDATES_PER_OCTAVE * math.log2(b) + 1e-9)
+        key = math.floor(CANDIDATES_PER_OCTAVE * math.log2(b) + BIN_EPSILON)
         if key not in best or b / ms >= best[key][0]:
             best[key] = (b / ms, b)
     return {*(b for _, b in best.values()), curve.largest} if curve else set()
@@ -169,8 +205,8 @@ def candidate_delays(curve: Curve, max_batch: int, policy: Policy) -> list[int]:
     """Queue delays worth evaluating: the minimum, and with several instances a fraction of a batch time."""
     delays = {policy.delay_min_us}
     if policy.instances > 1 and max_batch > 1:
-        t_us = curve.ms(max_batch) * 1000
-        for share in (0.25, 0.5, 1.0):
+        t_us = curve.ms(max_batch) * US_PER_MS
+        for share in DELAY_SHARES_OF_BATCH:
             delays.add(int(min(policy.delay_max_us, max(policy.delay_min_us, share * t_us))))
     return sorted(delays)
 
@@ -195,14 +231,14 @@ def applies(at: datetime, failed_at_rps: float | None, demand_rps: float | None,
 def avoided(max_batch: int, delay_us: int, avoid: frozenset[tuple[int, int]]) -> bool:
     """Whether a config is one of `avoid` or its neighbour (the same delay, a max batch within a half step of the
     candidate ladder: a greedy batcher under load runs both alike)."""
-    return any(d == delay_us and max(m, max_batch) < 1.5 * min(m, max_batch) for m, d in avoid)
+    return any(d == delay_us and max(m, max_batch) < NEIGHBOUR_RATIO * min(m, max_batch) for m, d in avoid)
 
 
 def best_plan(
     curve: Curve,
     load_rps: float,
     policy: Policy,
-    calibration: float = 1.0,
+    calibration: float = UNCALIBRATED,
     backlog: bool = True,
     avoid: frozenset[tuple[int, int]] = frozenset(),
     peak_rps: float = 0.0,
@@ -227,16 +263,16 @@ def best_plan(
     fitting = [c for c in fitting if c.capacity_rps * FRAGILE_FACTOR >= most_rps] or fitting
     top = max(c.carries() for c in fitting)
     need = replicas_for(load_rps, top, policy)
-    if need > policy.replicas_max and policy.headroom < 1.0:
+    if need > policy.replicas_max and policy.headroom < NO_HEADROOM:
         # Nothing keeps the aim within the bounds: the SLO itself is the next best target (no headroom left), on
         # every replica the bounds allow (what would keep the aim costs more than that: the fewest that keep only
         # the SLO would plan fewer replicas for more load, and spend the headroom the rest still buy).
         at_slo = best_plan(
-            curve, load_rps, policy.model_copy(update={"headroom": 1.0}), calibration, backlog, avoid, peak_rps
+            curve, load_rps, policy.model_copy(update={"headroom": NO_HEADROOM}), calibration, backlog, avoid, peak_rps
         )
         if at_slo.feasible:
             return Plan(at_slo.candidate, policy.replicas_max, True, load_rps, within_slo_only=True)
-        policy = policy.model_copy(update={"headroom": 1.0})
+        policy = policy.model_copy(update={"headroom": NO_HEADROOM})
         cands = [candidate(curve, c.max_batch, c.delay_us, policy, calibration) for c in cands]
     if need > policy.replicas_max:
         demand = load_rps / policy.demand_margin
@@ -272,7 +308,7 @@ def best_plan(
             top_share = max((x for x, _ in shares), default=0.0)
             if top_share > 0:
                 pick = max(
-                    (c for x, c in shares if x >= top_share - 0.01), key=lambda c: (c.capacity_rps, -c.max_batch)
+                    (c for x, c in shares if x >= top_share - SHARE_TIE), key=lambda c: (c.capacity_rps, -c.max_batch)
                 )
                 return Plan(pick, policy.replicas_max, False, load_rps, within_slo_only=True, share=top_share)
         if not backlog and keeping:
@@ -286,9 +322,14 @@ def best_plan(
     # batches) and buys headroom, until the model says it breaks the aim.
     # Among those (which carry the load on as many replicas, within the same 2 %), the most capacity (a burst beyond
     # the plan is served, if late), then the smaller batch.
-    near = [c for c in fitting if c.carries() >= 0.98 * top]
+    near = [c for c in fitting if c.carries() >= ROBUST_TIE * top]
     pick = max(
-        near, key=lambda c: (round(c.capacity_rps / max(c.capacity_rps for c in near), 2), -c.max_batch, -c.delay_us)
+        near,
+        key=lambda c: (
+            round(c.capacity_rps / max(c.capacity_rps for c in near), CAPACITY_TIE_DIGITS),
+            -c.max_batch,
+            -c.delay_us,
+        ),
     )
     return Plan(pick, need, True, load_rps)
 
@@ -320,7 +361,13 @@ def share(
         return 0.0
     return min(
         share_within(
-            curve.ms, c.max_batch, c.delay_us, policy.instances, per, slo / max(calibration, 1e-6), c.capacity_rps
+            curve.ms,
+            c.max_batch,
+            c.delay_us,
+            policy.instances,
+            per,
+            slo / max(calibration, MIN_CALIBRATION),
+            c.capacity_rps,
         )
         for _pct, slo in ((policy.percentile, policy.slo_ms), *policy.other_targets)
     )

@@ -9,27 +9,38 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from tailtune.tuner.control.objective import DRAIN_INTERVALS, Candidate
+from tailtune.tuner.control.objective import DRAIN_INTERVALS, MS_PER_S, Candidate
 from tailtune.tuner.model import predict
 from tailtune.tuner.servicetime import Curve, merged
 from tailtune.tuner.types import InForce, Observation, Policy, TunerState
 
-# A pending count growing faster than this share of the completion rate is a backlog.
+# Each constant is the quantity it names; where its value comes from follows it ("design value": chosen when the
+# rule was written, not measured nor derived).
+
+# Share of the completion rate past which a pending count's growth is a backlog, and past which the demand moved
+# from one window to the next (design value: the noise of two rate() reads).
 GROWTH_SHARE = 0.05
-# Without a measured queue growth, a backlogged window's demand is at least this share over completions.
+# Demand per completion of a backlogged window without a measured queue growth (design value: a quarter more).
 SATURATED_DEMAND_FACTOR = 1.25
-# A queue time above this share of the SLO, or above this many batch times, means a backlog.
+# Queue wait, as a share of the SLO, past which requests back up without a measured queue growth (design value).
 BACKLOG_SHARE_OF_SLO = 0.5
+# Queue wait, in batch times, past which requests back up (design value: past the batch forming and the one
+# waiting of a batcher that keeps up).
 BACKLOG_BATCHES = 3.0
-# Calibration stays within these bounds and moves halfway (in log) to each clean window's ratio.
+# Bounds of the model's observed/predicted calibration, and the weight (in log) of each clean window's ratio
+# (design values: the model errs by at most 2x low and 4x high; halfway to each window).
 CALIBRATION_RANGE = (0.5, 4.0)
 CALIBRATION_WEIGHT = 0.5
-# A demand that rose in each of this many windows is a ramp: the plan meets it this many intervals ahead (one
-# for the change to show in a window, one to confirm it).
+# Decimal digits the calibration is kept to (the state's annotation stays short; 1e-4 is far below its noise).
+CALIBRATION_DIGITS = 4
+# Windows in which the demand must rise to be a ramp (the fewest with two rises to compare), and the intervals
+# ahead the plan meets it (one for the change to show in a window, one to confirm it).
 RAMP_WINDOWS = 3
 RAMP_HORIZON_INTERVALS = 2
-# ... rising by alike amounts: no rise more than this many times another (else it is a step).
+# Largest ratio of one rise to another in a ramp (else it is a step; design value).
 RAMP_EVENNESS = 3.0
+# A shrinking queue drains by itself where it is gone within this many times the drain horizon (DRAIN_INTERVALS).
+DRAINING_HORIZONS = 2
 
 
 @dataclass(frozen=True)
@@ -49,7 +60,7 @@ def read(obs: Observation, p_ms: float, rate: float, in_force: InForce, policy: 
     seen = dict(obs.other_percentiles)
     # (target ms, observed ms) of the other targets observed in this window (a missing one says nothing).
     others = [(slo, ms) for pct, slo in policy.other_targets if (ms := seen.get(pct)) is not None]
-    delay_ms = in_force.batching.max_queue_delay_microseconds / 1000
+    delay_ms = in_force.batching.max_queue_delay_microseconds / MS_PER_S
     waiting_ms = (obs.queue_ms or 0.0) - delay_ms
     growth = obs.queue_growth_rps
     # A queue several batches deep is a backlog. Without a measured queue growth, so is a wait past a share of the
@@ -64,8 +75,10 @@ def read(obs: Observation, p_ms: float, rate: float, in_force: InForce, policy: 
     saturated = (obs.queue_ms is not None and waiting_ms >= backlog_ms) or growing
     demand = rate + max(0.0, growth) if growth is not None else rate * (SATURATED_DEMAND_FACTOR if saturated else 1.0)
     # Queued now: at least what the window added, what its mean wait says, and what the fullest pod holds.
-    backlog = max(max(0.0, growth or 0.0) * obs.span_seconds, rate * max(0.0, waiting_ms) / 1000, obs.pending_max or 0)
-    drain_s = 2 * DRAIN_INTERVALS * policy.interval_seconds
+    backlog = max(
+        max(0.0, growth or 0.0) * obs.span_seconds, rate * max(0.0, waiting_ms) / MS_PER_S, obs.pending_max or 0
+    )
+    drain_s = DRAINING_HORIZONS * DRAIN_INTERVALS * policy.interval_seconds
     draining = growth is not None and growth < -GROWTH_SHARE * rate and backlog <= -growth * drain_s
     queued = growing or (obs.compute_ms is not None and waiting_ms >= obs.compute_ms)
     return Reading(
@@ -90,7 +103,7 @@ def calibrate(old: float, pred: float, r: Reading) -> float:
     lo, hi = CALIBRATION_RANGE
     ratio = min(hi, max(lo, r.p_ms / pred))
     value = math.exp((1 - CALIBRATION_WEIGHT) * math.log(old) + CALIBRATION_WEIGHT * math.log(ratio))
-    return round(value, 4)
+    return round(value, CALIBRATION_DIGITS)
 
 
 def predicted_ms(curve: Curve, in_force: InForce, r: Reading, policy: Policy) -> float:
