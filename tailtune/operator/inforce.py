@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from tailtune.api.keys import APPLIED_ANNOTATION, TUNER_STATE_ANNOTATION
 from tailtune.api.v1alpha1 import Batching, InferenceService
-from tailtune.tuner.types import InForce, TunerState
+from tailtune.tuner.types import InForce, TunerState, max_batch_cap
 
 
 def spec_start(isvc: InferenceService) -> InForce:
@@ -65,7 +65,7 @@ def clamp_batching(b: Batching, isvc: InferenceService) -> tuple[Batching, tuple
     """`b` within the spec's tuning bounds, field by field, with a note per field moved. Pure."""
     tuning, engine_max = isvc.spec.tuning, isvc.spec.engine.optimization_profile.max
     notes: list[str] = []
-    hi = max(1, min(tuning.max_batch_size.max, engine_max))
+    hi = max_batch_cap(tuning, engine_max)
     lo = max(1, min(tuning.max_batch_size.min, hi))
     size = min(max(b.max_batch_size, lo), hi)
     if size != b.max_batch_size:

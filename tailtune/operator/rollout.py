@@ -30,6 +30,7 @@ from tailtune.api.keys import ROLLOUT_ANNOTATION
 from tailtune.api.v1alpha1 import Batching
 from tailtune.triton.config import batching_equivalent
 from tailtune.tuner.prom import PodWindow
+from tailtune.tuner.types import judged_window_seconds
 
 # Reason codes (Events, the tuner's last decision).
 CANARY_STARTED = "CanaryStarted"
@@ -318,4 +319,4 @@ def reload_fits(engine_bytes: int | None, used_bytes: float | None, total_bytes:
 
 def rollout_window(window_seconds: float) -> timedelta:
     """The canary's window: the SLO window, at least Triton's 60 s latency summary."""
-    return timedelta(seconds=max(window_seconds, 60.0))
+    return timedelta(seconds=judged_window_seconds(window_seconds))

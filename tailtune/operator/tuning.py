@@ -73,7 +73,15 @@ from tailtune.tuner.law import MAX_REJECTED, SIGNAL_MISSING, hold
 from tailtune.tuner.loop import ObservationReader, tune_once
 from tailtune.tuner.prom import TRITON_SUMMARY_QUANTILES, PrometheusUnavailable, Signal, quantile_label
 from tailtune.tuner.servicetime import BatchSample, Curve, CurvePoint, learn, merged
-from tailtune.tuner.types import Decision, InForce, Observation, Policy, RejectedConfig, TunerState
+from tailtune.tuner.types import (
+    Decision,
+    InForce,
+    Observation,
+    Policy,
+    RejectedConfig,
+    TunerState,
+    judged_window_seconds,
+)
 
 log = logging.getLogger(__name__)
 
@@ -534,7 +542,7 @@ async def _apply_hot(
     observed = await cluster.observe(isvc, key, job_report=not io_known(isvc, key), pod_ips=True)
     info = engine_info(isvc, key, observed.job)
     ips = observed.deployment.ready_pod_ips if observed.deployment else ()
-    window = max(float(isvc.spec.slo.window_seconds), 60.0)  # Triton's per-pod summary covers 60 s
+    window = judged_window_seconds(float(isvc.spec.slo.window_seconds))
     try:
         windows = dict(await asyncio.to_thread(pods.read, now)) if pods is not None else {}
     except Exception as exc:  # no per-pod latency: the canary is judged late, then rolled back

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
-from tailtune.tuner.types import SUMMARY_WINDOW_SECONDS, TAIL_SHARE, Observation
+from tailtune.tuner.types import SUMMARY_WINDOW_SECONDS, TAIL_SHARE, Observation, judged_window_seconds
 
 DEFAULT_SELECTOR = 'namespace="{namespace}",model="{model}"'
 
@@ -278,7 +278,7 @@ def build_queries(
         # The summary already covers the last 60 s; a longer SLO window adds the max over the rest.
         over = summary if extra < 1 else f"max_over_time({summary}[{round(extra)}s])"
         latency = f"{f.agg('max', over)} / 1000"
-        span = max(window_seconds, SUMMARY_WINDOW_SECONDS)
+        span = judged_window_seconds(window_seconds)
         source, newest = "tritonSummary", f.agg("max", f"timestamp({summary})")
     success = rate("nv_inference_request_success")
     # Over the window's tail: no figure where it holds fewer than two scrapes (Prometheus' rate then returns none,

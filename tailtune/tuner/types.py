@@ -18,6 +18,20 @@ from tailtune.tuner.shedding import shed_batch_max
 
 # Triton's latency summaries cover a fixed sliding 60 s, whatever the SLO window.
 SUMMARY_WINDOW_SECONDS = 60.0
+
+
+def judged_window_seconds(window_seconds: float) -> float:
+    """How far back a window's latency reaches: the SLO window, at least Triton's 60 s summary (the tuner's
+    reading, the canary's window and the per-pod reads all judge this span)."""
+    return max(window_seconds, SUMMARY_WINDOW_SECONDS)
+
+
+def max_batch_cap(tuning: Tuning, engine_max_batch: int) -> int:
+    """The largest max batch the tuner may set: the spec's bound, at most the engine's profile max (Triton refuses
+    a larger one for a TensorRT plan), at least 1."""
+    return max(1, min(tuning.max_batch_size.max, engine_max_batch))
+
+
 # The tail of a window whose demand is read apart (`Observation.tail_demand_rps`): its last third.
 TAIL_SHARE = 1 / 3
 
@@ -118,7 +132,7 @@ class Policy(_Frozen):
         """Build the policy from the spec; the engine's max batch caps the tuning range, and with `shedding`
         (spec.serving.shedding) so does `shed_batch_max` on the build's curve (never below the spec's min nor the
         largest warmup batch)."""
-        batch_max = max(1, min(tuning.max_batch_size.max, engine_max_batch))
+        batch_max = max_batch_cap(tuning, engine_max_batch)
         if shedding and build_curve:
             cap = shed_batch_max(
                 slo.latency_ms, Curve(build_curve).ms, instances, batch_max, tuning.queue_delay_microseconds.min
