@@ -453,6 +453,7 @@ ROWS = (
     ("delete all, s", "delete_all_s"),
     ("reconciles during deletion", "reconciles_during_deletion"),
     ("load average (1 min, 2 cores)", "load_average_1m"),
+    ("checkout", "checkout"),
 )
 
 
@@ -495,6 +496,9 @@ def plot(runs: dict[str, dict[str, Any]], path: Path) -> None:
             ax.legend(fontsize=7)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("InferenceServices (N)")
+        ax.set_xscale("log")
+        ax.set_xticks([int(n) for n in ns], [n for n in ns])
+        ax.minorticks_off()
         ax.set_ylim(bottom=0)
     fig.suptitle("tailtune's tuning loop at fleet size (kwok GPU nodes, real Prometheus, synthetic Triton metrics)")
     fig.tight_layout()
@@ -519,18 +523,23 @@ def main() -> int:
     parser.add_argument("--timeout", type=int, default=1200, help="seconds for all to have a status, or to go")
     parser.add_argument("--cluster", choices=["private", "shared"], default="private")
     parser.add_argument("--keep-cluster", action="store_true", help="leave a private cluster this run started up")
+    parser.add_argument("--plot-only", action="store_true", help="only write report.md and fleet.png from results.json")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     results_path = OUT / "results.json"
     runs: dict[str, dict[str, Any]] = json.loads(results_path.read_text()) if results_path.exists() else {}
-    if args.cluster == "private":
+    if args.plot_only:
+        args.count = []
+    if args.plot_only:
+        env, started = dict(os.environ), False
+    elif args.cluster == "private":
         env, started = private_cluster_env()
     else:
         env, started = bench_scale.cluster_env(), False
     commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True)
     code = 0
     try:
-        for count in args.count or [100]:
+        for count in [100] if args.count is None else args.count:
             workdir = OUT / f"n{count}"
             workdir.mkdir(parents=True, exist_ok=True)
             for stale in ("query.log",):
