@@ -27,6 +27,7 @@ from tailtune.tuner.control.objective import (
     avoided,
     candidate,
     drain_replicas,
+    keeps_warmup,
     outrun,
     share_gained,
 )
@@ -73,7 +74,7 @@ class Proposal:
 def may_stay(current: Candidate, avoid: frozenset[tuple[int, int]], policy: Policy) -> bool:
     """Whether the batching in force may be kept: not one the law left, and not below the warmup batch (Triton
     refuses a max batch below it)."""
-    return not avoided(current.max_batch, current.delay_us, avoid) and current.max_batch >= policy.warmup_max
+    return not avoided(current.max_batch, current.delay_us, avoid) and keeps_warmup(current.max_batch, policy)
 
 
 # Holds.
@@ -161,7 +162,7 @@ def reload_budget(
         # (Every config breaks the SLO here: one left earlier for breaking it is no worse for that.)
         runs_away = outrun(current, target, plan.load_rps, replicas)
         gained = share_gained(plan.share, target, current_share, current, policy)
-        if current.max_batch >= policy.warmup_max and not runs_away and not gained:
+        if keeps_warmup(current.max_batch, policy) and not runs_away and not gained:
             return p.limited("reload-budget", target=current)
         return p
     # The load per replica at the count that will be in force: no scale-in while relieving bad windows, under
@@ -253,7 +254,7 @@ def no_cut_under_backlog(p: Proposal, current: Candidate, in_force: InForce, r: 
     old_cap = in_force.replicas * current.capacity_rps
     if replicas * target.capacity_rps < old_cap:
         replicas = max(replicas, min(policy.replicas_max, math.ceil(old_cap / target.capacity_rps)))
-    if replicas * target.capacity_rps < old_cap and current.max_batch >= policy.warmup_max:
+    if replicas * target.capacity_rps < old_cap and keeps_warmup(current.max_batch, policy):
         target, replicas = current, max(replicas, in_force.replicas)
     return p.limited("no-cut-under-backlog", target=target, replicas=replicas)
 

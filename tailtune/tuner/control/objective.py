@@ -99,6 +99,11 @@ class Plan:
     share: float | None = None
 
 
+def keeps_warmup(max_batch: int, policy: Policy) -> bool:
+    """Whether a max batch is at least the largest warmup batch the config renders (Triton refuses one below it)."""
+    return max_batch >= policy.warmup_max
+
+
 def safe_capacity(curve: Curve, max_batch: int, delay_us: int) -> float:
     """Capacity that survives a burst: past the most efficient batch, what full batches drain."""
     return min(curve_capacity(curve, max_batch, delay_us), MS_PER_S * max_batch / curve.ms(max_batch))
@@ -107,7 +112,7 @@ def safe_capacity(curve: Curve, max_batch: int, delay_us: int) -> float:
 def is_fragile(curve: Curve, current: Candidate, policy: Policy) -> bool:
     """Below the warmup batch, or far less burst-safe capacity than the most capable measured batch (too small
     a max batch, or one so far past the efficient batch that one burst runs its batches away)."""
-    if current.max_batch < policy.warmup_max:
+    if not keeps_warmup(current.max_batch, policy):
         return True
     sizes = [b for b in candidate_sizes(curve, policy) if b <= max(1, curve.largest)] or [current.max_batch]
     most = max(safe_capacity(curve, b, policy.delay_min_us) for b in sizes)
