@@ -34,9 +34,11 @@ INTERVAL_S = 5  # the shortest tuning interval the spec allows, so the test sees
 MEASURED_TICKS = 4
 # The issue's bound (41, item 4): at most two requests per object per tick at rest, from ~17.
 MAX_REQUESTS_PER_TICK = 2.0
-# Deleting N objects at once: the API server's and kopf's round trips, seconds on two shared cores; kopf's 60 s polling
-# of a timer still running (before) is what this leaves out.
-DELETE_SECONDS = 20.0
+# Deleting objects at once: kopf's round trips per object (the finalizer's removal, its bookkeeping), about 0.3 s an
+# object on two shared cores (100 objects in 29 s), never less than 20 s; kopf's 60 s polling of a daemon or timer
+# still running (before) is what this leaves out.
+DELETE_SECONDS_PER_OBJECT = 0.5
+DELETE_SECONDS_LEAST = 20.0
 
 
 class CountingOperator(OperatorProcess):
@@ -154,10 +156,10 @@ def test_deleting_the_fleet_stops_every_tuner_without_cancelling_it(
     fleet: str,
 ) -> None:
     """Deleting every object at once, half of them with a tick in flight (their Prometheus answers after HANG_SECONDS):
-    each is gone within DELETE_SECONDS, no daemon is cancelled (kopf's "is cancelled. Will escalate.") or left
-    running ("did not exit in time"), and the operator patches each object at most twice (the finalizer's removal,
-    and kopf's own deletion bookkeeping). Before (issue 41): a tuner in its tick was cancelled, and the deletion
-    waited for kopf's polling of it."""
+    all are gone within DELETE_SECONDS_PER_OBJECT an object (DELETE_SECONDS_LEAST at least), no daemon is cancelled
+    (kopf's "is cancelled. Will escalate.") or left running ("did not exit in time"), and the operator patches each
+    object at most twice (the finalizer's removal, and kopf's own deletion bookkeeping). Before (issue 41): a tuner in
+    its tick was cancelled ("Daemon 'tuner' is cancelled. Will escalate.", seen here on the code before ef62aa4)."""
     host, port = fake_prometheus.server_address[:2]
     slow = fleet_docs(N, f"http://{host!s}:{port}/hang")
     for doc in slow:
@@ -181,4 +183,4 @@ def test_deleting_the_fleet_stops_every_tuner_without_cancelling_it(
     print(f"{2 * N} objects deleted in {took:.1f} s: {dict(spent)}")
     assert not [line for line in log if "Will escalate" in line or "did not exit in time" in line], "\n".join(log)
     assert spent["patch inferenceservices"] <= 2 * 2 * N, dict(spent)
-    assert took <= DELETE_SECONDS, took
+    assert took <= max(DELETE_SECONDS_LEAST, DELETE_SECONDS_PER_OBJECT * 2 * N), took
