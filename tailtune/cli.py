@@ -31,6 +31,14 @@ def _cmd_crds(args: argparse.Namespace) -> int:
 
 
 def _cmd_operator(args: argparse.Namespace) -> int:
+    from tailtune.operator.shard import ShardSelectorError, parse_shard_selector
+
+    try:  # before kopf is imported: a bad selector is told at once
+        shard = parse_shard_selector(args.shard) if args.shard is not None else None
+    except ShardSelectorError as exc:
+        print(f"tailtune operator: {exc}", file=sys.stderr)
+        return 2
+
     import asyncio
 
     import kopf
@@ -54,7 +62,7 @@ def _cmd_operator(args: argparse.Namespace) -> int:
             peering_name=peering,
             priority=priority,
             liveness_endpoint=args.liveness,
-            memo=kopf.Memo(watch_namespaces=tuple(namespaces)),
+            memo=kopf.Memo(watch_namespaces=tuple(namespaces), shard=shard),
         )
     )
     return 0
@@ -103,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     op = sub.add_parser("operator", help="run the operator (kopf)")
     op.add_argument("--namespace", "-n", action="append", help="watch only this namespace (repeatable)")
     op.add_argument("--peering", help="kopf peering name for HA (one active operator at a time)")
+    op.add_argument(
+        "--shard",
+        help="serve only the InferenceServices this label selector selects (key=value, key!=value, key, !key; "
+        "comma-joined): operators on disjoint shards, each with its own --peering, serve one cluster side by side",
+    )
     op.add_argument("--priority", default="0", help="peering priority: an integer, or 'random' for HA replicas")
     op.add_argument("--metrics-port", type=int, default=0, help="serve the operator's Prometheus metrics here")
     op.add_argument("--log-format", choices=["plain", "full", "json"], default="full", help="log line format")

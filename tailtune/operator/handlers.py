@@ -23,6 +23,7 @@ from tailtune.operator.atrest import TunerMemory
 from tailtune.operator.fastpath import watch_surges
 from tailtune.operator.kube import API_CONCURRENCY, ApiException, KubeCluster, load_config
 from tailtune.operator.reconcile import Outcome, reconcile, rollout_status
+from tailtune.operator.shard import ShardSelector
 from tailtune.operator.status import (
     ENGINE_BUILD_FAILED,
     ENGINE_BUILD_POD_NOT_CREATED,
@@ -78,6 +79,9 @@ class State:
         # Each InferenceService as kopf's watch shows it: the tuner daemon's `body`, a live view kopf updates with
         # every event of the object, registered while the daemon runs. Read instead of a GET (`current`).
         self.bodies: dict[tuple[str, str], Mapping[str, Any]] = {}
+        # Objects another shard serves (`operator --shard`), as a read of one found: their children's events are not
+        # followed by a read of the owner each time. An object relabelled into this shard leaves it (`on_change`).
+        self.foreign: set[tuple[str, str]] = set()
 
     async def current(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The object as the watch shows it, or as our own later write left it (`watched.WriteEchoes`); a GET only
@@ -86,6 +90,12 @@ class State:
         if watched is None:
             return await self.cluster.read_isvc(namespace, name)
         return self.cluster.freshest(namespace, name, watched)
+
+
+def in_shard(labels: Mapping[str, str] | None, memo: Any, **_: Any) -> bool:
+    """Whether the object is this process's to serve: every object, or those its shard selects (`operator --shard`)."""
+    shard: ShardSelector | None = memo.get("shard")
+    return shard is None or shard.matches(labels)
 
 
 def _state(memo: Any) -> State:
@@ -145,8 +155,13 @@ async def run_reconcile(
     state = _state(memo)
     if _deleting(body if body is not None else state.bodies.get((namespace, name))):
         return
+    if body is None and (namespace, name) in state.foreign:
+        return
     async with state.locks[(namespace, name)]:
         raw = body if body is not None else await state.current(namespace, name)
+        if raw is not None and not in_shard((raw.get("metadata") or {}).get("labels"), memo):
+            state.foreign.add((namespace, name))  # a child event of an object another shard serves
+            return
         if raw is None or _deleting(raw):
             return
         if force_if is not None and force_if():
@@ -179,21 +194,22 @@ def record_outcome(namespace: str, name: str, outcome: Outcome) -> None:
             metrics.P99_OBSERVED_MS.labels(namespace, name).set(outcome.status.latency.observed_ms)
 
 
-@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
+@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True, when=in_shard)
 async def on_delete(namespace: str | None, name: str, **_: Any) -> None:
     """Children go with the owner (garbage collection); only the per-service metrics are ours to drop."""
     metrics.forget_inference_service(namespace or "default", name)
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL)
+@kopf.on.resume(GROUP, VERSION, PLURAL, when=in_shard)
+@kopf.on.create(GROUP, VERSION, PLURAL, when=in_shard)
+@kopf.on.update(GROUP, VERSION, PLURAL, when=in_shard)
 async def on_change(namespace: str | None, name: str, body: kopf.Body, memo: Any, retry: int, **_: Any) -> None:
     """Any change of the object: reconcile from the body the watch just delivered.
 
     A child the API server refuses is status, not an error (reconcile reports it); other API errors are
     retried with a doubling delay (10 s, 20 s ... 5 min), not every 10 s forever.
     """
+    _state(memo).foreign.discard((namespace or "default", name))  # this shard's (again)
     try:
         await run_reconcile(memo, namespace or "default", name, body=dict(body))
         _state(memo).wake[(namespace or "default", name)].set()
@@ -202,7 +218,7 @@ async def on_change(namespace: str | None, name: str, body: kopf.Body, memo: Any
         raise kopf.TemporaryError(f"{namespace}/{name}: API server: {exc.status} {exc.reason}", delay=delay) from exc
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS, sharp=False)
+@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS, sharp=False, when=in_shard)
 async def resync(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
     """Drift: kopf reacts to changes, not to state, so reconcile every resource now and then."""
     try:
@@ -211,9 +227,11 @@ async def resync(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
         log.warning("resync %s/%s: %s %s", namespace, name, exc.status, exc.reason)
 
 
-def _building(status: kopf.Status, **_: Any) -> bool:
+def _building(status: kopf.Status, labels: kopf.Labels, memo: Any, **_: Any) -> bool:
     building = (ENGINE_BUILD_RUNNING, ENGINE_BUILD_POD_NOT_CREATED)
-    return any(c.get("type") == ENGINE_READY and c.get("reason") in building for c in status.get("conditions", []))
+    return in_shard(labels, memo) and any(
+        c.get("type") == ENGINE_READY and c.get("reason") in building for c in status.get("conditions", [])
+    )
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=BUILD_CHECK_SECONDS, initial_delay=BUILD_CHECK_SECONDS, when=_building)
@@ -225,8 +243,8 @@ async def build_check(namespace: str | None, name: str, memo: Any, **_: Any) -> 
         log.warning("build check %s/%s: %s %s", namespace, name, exc.status, exc.reason)
 
 
-def _serving_watched(status: kopf.Status, **_: Any) -> bool:
-    return any(
+def _serving_watched(status: kopf.Status, labels: kopf.Labels, memo: Any, **_: Any) -> bool:
+    return in_shard(labels, memo) and any(
         c.get("type") == SERVING_READY and c.get("reason") in SERVING_WATCHED for c in status.get("conditions", [])
     )
 
@@ -346,7 +364,7 @@ def retry_delay(failures: int, interval: float) -> float:
     return min(interval, RETRY_SECONDS * 2.0 ** max(0, failures - 1))
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0, initial_delay=5.0)
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0, initial_delay=5.0, when=in_shard)
 async def tuner(
     namespace: str | None,
     name: str,
@@ -425,7 +443,7 @@ async def next_tick(stopped: kopf.DaemonStopped, wake: asyncio.Event, seconds: f
 FAST_PATH_ENV = "TAILTUNE_FAST_PATH"
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0, initial_delay=5.0)
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0, initial_delay=5.0, when=in_shard)
 async def surge_watch(
     namespace: str | None, name: str, body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, **_: Any
 ) -> None:
