@@ -8,8 +8,8 @@ any policy that waits to see it, even where it came at the same phase of every p
 1. the period: the lag at which the history's autocorrelation peaks, over at least `MIN_REPEATS` periods, above
    both the noise of a correlation over that many pairs and `SKILL_CORRELATION`, after a trough (`detect_period`);
 2. the prediction: over the next pod start and one interval (the next tick could order replicas only that much
-   later), the most demand seen at that phase in the last cycles, give or take a bin (`predict`): an upper bound,
-   a seasonal naive forecast;
+   later), the most demand that two of the last three cycles reached at that phase, give or take a bin
+   (`predict`): a seasonal naive forecast, at the upper end of what repeats;
 3. the floor: the replicas that carry that demand with the law's margin on the batching the law chose; a decision
    with fewer gets that many (`ahead`). It never lowers the law's count, so a forecast never scales in; it keeps
    replicas up only while a rise is predicted within the horizon, and the law's own scale-in rules give them back
@@ -53,6 +53,9 @@ SKILL_CORRELATION = 0.5
 # Bins either side of the phase read in each past cycle: a period that is not a whole number of bins drifts by up
 # to a bin per cycle against them, and ticks are spread over the interval.
 PHASE_SLACK_BINS = 1
+# A rise is predicted at the level the last MIN_REPEATS cycles reached at that phase in at least this many of them
+# (a majority): one burst that happened to fall there once is no season.
+AGREEING_CYCLES = 2
 # Demand is recorded rounded to this many significant digits (the annotation's size; the law's resolution is 5 %).
 DIGITS = 3
 
@@ -151,9 +154,9 @@ def detect_period(rates: tuple[float | None, ...], step_seconds: float) -> Perio
 
 
 def predict(history: DemandHistory, now: datetime, horizon_seconds: float) -> Prediction | None:
-    """The most demand the last MIN_REPEATS cycles saw at the phases of the bins ending within `horizon_seconds`
-    after `now` (PHASE_SLACK_BINS either side, never the phase of now or before), the bin it is predicted for, and
-    the period; None without a period."""
+    """The most demand that AGREEING_CYCLES of the last MIN_REPEATS cycles reached at the phases of the bins ending
+    within `horizon_seconds` after `now` (PHASE_SLACK_BINS either side, never the phase of now or before), the bin
+    it is predicted for, and the period; None without a period."""
     period = detect_period(history.rates, history.step_seconds)
     if period is None:
         return None
@@ -164,13 +167,21 @@ def predict(history: DemandHistory, now: datetime, horizon_seconds: float) -> Pr
     best: tuple[float, int] | None = None
     for j in range(1, max(1, math.ceil(horizon_seconds / step)) + 1):
         target = now_bin + j
+        seen = []  # per past cycle, the most at the target's phase
         for cycle in range(1, MIN_REPEATS + 1):
             centre = target - cycle * period.bins
-            for i in range(centre - PHASE_SLACK_BINS, centre + PHASE_SLACK_BINS + 1):
-                # The slack reaches ahead, never back to the phase of now (a rise already here is the law's).
-                value = rates[i] if 0 <= i <= last and i + cycle * period.bins > now_bin else None
-                if value is not None and (best is None or value > best[0]):
-                    best = (value, target)
+            # The slack reaches ahead, never back to the phase of now (a rise already here is the law's).
+            values = [
+                v
+                for i in range(centre - PHASE_SLACK_BINS, centre + PHASE_SLACK_BINS + 1)
+                if 0 <= i <= last and i + cycle * period.bins > now_bin and (v := rates[i]) is not None
+            ]
+            if values:
+                seen.append(max(values))
+        if len(seen) >= AGREEING_CYCLES:
+            value = sorted(seen)[-AGREEING_CYCLES]
+            if best is None or value > best[0]:
+                best = (value, target)
     if best is None:
         return None
     at = history.start + timedelta(seconds=(best[1] + 0.5) * step)

@@ -160,6 +160,16 @@ def test_the_prediction_reads_ahead_never_the_phase_of_now() -> None:
     assert before is not None and before.demand_rps > 800 and before.period.bins == 10
 
 
+def test_one_burst_at_a_phase_is_no_season() -> None:
+    """A period of spikes of 300 and, once, a burst of 700 at the phase coming next: predicted at the level the
+    spikes repeat at, not the one burst's (caught: the most of the last cycles scaled out for a burst seen once)."""
+    rng = np.random.default_rng(12)
+    x = _spikes(rng, 10, 59, 1, 9, 200)  # spikes of ~300 at bins 9, 19, ..., 49; the next at 59
+    x[39] = 700.0
+    p = predict(_history(x), NOW, 60.0)
+    assert p is not None and p.demand_rps < 400
+
+
 def _policy(replicas_max: int = 8) -> Policy:
     build = tuple(CurvePoint(batch=b, ms=ms, source="build") for b, ms in ((1, 10.0), (2, 12.0), (4, 16.0), (8, 24.0)))
     return Policy(slo_ms=60, batch_max=8, replicas_max=replicas_max, build_curve=build, forecast=True)
@@ -192,9 +202,10 @@ def test_the_floor_never_lowers_the_laws_replicas() -> None:
 
 
 def test_a_predicted_rise_scales_out_and_keeps_replicas_the_law_gives_back() -> None:
-    """A hold at 1 replica before a predicted spike of ~900 req/s scales out to the count the model takes for it
-    with the law's margin (the reason says the demand, when, the period and the pod start); a scale-in from that
-    count is held at it; a scale-in from two more stops at it, the law's code kept."""
+    """A hold at 1 replica before a predicted spike of ~900 req/s scales out to the count the model takes for the
+    level two of the last three spikes reached, with the law's margin (the reason says the demand, when, the period
+    and the pod start); a scale-in from that count is held at it; a scale-in from two more stops at it, the law's
+    code kept."""
     rng = np.random.default_rng(11)
     x = _spikes(rng, 10, 59, 1, 9, 800)  # the next spike comes in the next bin
     policy = _policy()
@@ -203,9 +214,11 @@ def test_a_predicted_rise_scales_out_and_keeps_replicas_the_law_gives_back() -> 
     st = TunerState(startup_seconds=45.0)
     out = ahead(_with_history(hold(st, one, "WithinBand", "within the band"), x), one, obs, policy, NOW)
     carries = candidate(Curve(policy.build_curve), 8, 0, policy, 1.0).carries()
-    need = math.ceil(float(max(x[-10:-7])) * policy.demand_margin / carries)
+    # The level two of the last three spikes (bins 49, 39, 29; the next comes at 59) reached.
+    level = sorted(float(max(x[c - 1 : c + 2])) for c in (49, 39, 29))[-2]
+    need = math.ceil(level * policy.demand_margin / carries)
     assert out.changed and out.reason_code == SCALED_OUT_AHEAD and out.replicas == need > 1
-    assert "forecast: 9" in out.reason and "period of 300 s" in out.reason
+    assert f"forecast: {level:.0f} req/s at " in out.reason and "period of 300 s" in out.reason
     assert "measured pod start 45 s" in out.reason and out.state.scaled_out_at == NOW
     scale_in = Decision(
         action="change",
