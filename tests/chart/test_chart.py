@@ -210,6 +210,14 @@ def test_ha_values() -> None:
     assert container(objects)["resources"]["limits"] == {"memory": "768Mi"}
 
 
+def test_a_shard_is_passed_to_the_operator_with_its_own_peering() -> None:
+    """Caught: the chart had no way to run one release per shard (`tailtune operator --shard`)."""
+    objects = render(sets=("shard=tailtune.io/shard!=a", "peering.name=tailtune-rest"))
+    assert container(objects)["args"][-1] == "--shard=tailtune.io/shard!=a"
+    assert find(objects, "ClusterKopfPeering")["metadata"]["name"] == "tailtune-rest"
+    assert not any(a.startswith("--shard") for a in container(render())["args"])
+
+
 def test_single_replica_can_still_be_drained() -> None:
     objects = render(sets=("replicaCount=1",))
     assert find(objects, "Deployment")["spec"]["replicas"] == 1
