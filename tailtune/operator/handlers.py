@@ -383,6 +383,7 @@ async def tuner(
     """
     state, key = _state(memo), (namespace or "default", name)
     state.bodies[key] = body
+    state.foreign.discard(key)  # kopf runs it only for this shard's objects: one relabelled into it is ours now
     ticking = asyncio.ensure_future(_tune_until_stopped(memo, namespace, name, uid, stopped))
     stop = asyncio.ensure_future(stopped.wait())
     try:
