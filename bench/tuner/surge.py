@@ -2,6 +2,7 @@
 
     python bench/tuner/surge.py                  # 12 generated surges, with and without the fast path
     python bench/tuner/surge.py --count 40 --jobs 2 --seed 7
+    python bench/tuner/surge.py --tuner-family   # bench/tuner/run.py's 120 scenarios, off and on (~10 min)
 
 Each scenario is drawn from a fixed seed: a curve t(b) = a + c*b^p on a ladder up to the engine's max, an SLO a few
 times t(8), 1-2 instances, at most 1-8 replicas starting at one, and a trace from near idle (a few % of one
@@ -38,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.tuner.shedding import SLOT_S, recovery_s  # noqa: E402
 from tailtune.sim.curves import PiecewiseCurve  # noqa: E402
+from tailtune.tuner.surge import SURGE_SCALE_OUT  # noqa: E402
 from tailtune.tuner.whatif import Run, Setup, run_policy, summarize  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "surge"
@@ -249,12 +251,51 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def tuner_family(jobs: int) -> int:
+    """bench/tuner/run.py's in-sample family with the fast path off and on: where it fires, and goodput and
+    replica-seconds on / off (a fast path that fires where the law copes costs replicas)."""
+    from bench.tuner.run import scenarios as tuner_scenarios
+
+    started = time.time()
+    family = tuner_scenarios(False)
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs) as pool:
+            rows = list(pool.map(_both, family))
+    else:
+        rows = [_both(sc) for sc in family]
+    gain = [on[0] / max(off[0], 1e-9) for _, off, on, _ in rows]
+    cost = [on[1] / max(off[1], 1e-9) for _, off, on, _ in rows]
+    fired = [name for name, *_, n in rows if n]
+    print(
+        f"{len(rows)} scenarios of bench/tuner/run.py ({time.time() - started:.0f} s): the fast path fired in "
+        f"{len(fired)} ({', '.join(fired) or 'none'}); goodput on / off median {np.median(gain):.3f} (min "
+        f"{min(gain):.3f}, max {max(gain):.3f}); replica-seconds on / off median {np.median(cost):.3f} (max "
+        f"{max(cost):.3f})"
+    )
+    return 0
+
+
+def _both(sc: Any) -> tuple[str, tuple[float, float], tuple[float, float], int]:
+    out = []
+    fired = 0
+    for fast in (False, True):
+        setup = dataclasses.replace(sc.setup, fast_path=fast)
+        run = run_policy(setup, "tailtune")
+        s = summarize(setup, "tailtune", run)
+        out.append((s["goodput_rps"], s["replica_seconds"]))
+        fired = sum(1 for _, code, _ in run.codes if code == SURGE_SCALE_OUT)
+    return sc.name, out[0], out[1], fired
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--count", type=int, default=12, help="scenarios (default 12)")
     ap.add_argument("--seed", type=int, default=SEED, help=f"family seed (default {SEED})")
     ap.add_argument("--jobs", type=int, default=1, help="processes (default 1)")
+    ap.add_argument("--tuner-family", action="store_true", help="bench/tuner/run.py's 120 scenarios, off and on")
     args = ap.parse_args()
+    if args.tuner_family:
+        return tuner_family(args.jobs)
     started = time.time()
     family = scenarios(args.count, args.seed)
     if args.jobs > 1:
