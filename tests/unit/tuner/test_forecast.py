@@ -4,6 +4,7 @@ met by replicas ready at its start with the forecast, not without."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 from datetime import datetime, timedelta
 
@@ -290,3 +291,33 @@ def test_a_repeating_spike_shorter_than_a_pod_start_is_met_with_the_forecast_and
     assert late(predictive) < late(reactive)
     spiked = (predictive.arrivals >= fourth) & (predictive.arrivals < fourth + spike)
     assert np.percentile(predictive.latency[spiked], 99) * 1000 <= setup.slo_ms
+
+
+def test_the_operator_tick_keeps_the_history_in_memory_without_a_write_per_tick() -> None:
+    """spec.tuning.forecast.enabled through the operator's tick: on a steady signal the history grows by a bin per
+    tick in the tuner's memory while the writes stop, as without the forecast (caught: the history in the
+    checkpoint rule wrote the annotation on every tick)."""
+    from tailtune.operator.atrest import TunerMemory
+    from tailtune.operator.inforce import tuner_state
+    from tailtune.operator.tuning import tune_step
+    from tests.unit.operator.test_atrest import NOW as START
+    from tests.unit.operator.test_atrest import _steady
+    from tests.unit.operator.test_tuning import SERVING, FakeTunerCluster, FixedReader, serving_isvc
+
+    memory = TunerMemory()
+    isvc = serving_isvc().set("spec.tuning.mode", "rolling").set("spec.tuning.forecast.enabled", True).obj()
+    assert isvc.spec.tuning.forecast.enabled
+    writes: list[int] = []
+    for i in range(12):
+        cluster = FakeTunerCluster(SERVING)
+        now = START + timedelta(seconds=30 * i + 1)
+        asyncio.run(tune_step(isvc, cluster, FixedReader(_steady(i, 10.0)), now, memory=memory))
+        writes.append(len(cluster.annotations) + (cluster.latency is not None))
+        annotations = {**isvc.metadata.annotations, **cluster.annotations}
+        status = isvc.status if cluster.latency is None else isvc.status.model_copy(update={"latency": cluster.latency})
+        isvc = isvc.model_copy(
+            update={"metadata": isvc.metadata.model_copy(update={"annotations": annotations}), "status": status}
+        )
+    assert sum(writes[-6:]) == 0, writes
+    history = memory.recall(isvc, tuner_state(isvc)).demand_history
+    assert history is not None and len(history.rates) == 12 and set(history.rates) == {100.0}
