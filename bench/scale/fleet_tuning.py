@@ -392,6 +392,8 @@ def run_one(env: dict[str, str], count: int, args: argparse.Namespace, workdir: 
             "reconciles_after_all_marked": d1.reconciles - total(marked, "tailtune_reconciles_total"),
             "delete_command_s": round(marked_at - d0.t, 1),
             "resync_log_lines_during_deletion": sum("resync" in line for line in deletion_log.splitlines()),
+            # kopf's own warning when a daemon outlives the object's deletion and has to be cancelled
+            "daemons_cancelled_during_deletion": sum("is cancelled" in line for line in deletion_log.splitlines()),
             "api_requests_during_deletion": {f"{r}/{v}": c for (r, v), c in sorted((d1.api - d0.api).items()) if c},
             "operator_peak_rss_mib": round(d1.op_rss_peak / 2**20, 1),
         }
@@ -481,6 +483,7 @@ ROWS = (
     ("delete all, s", "delete_all_s"),
     ("reconciles during deletion", "reconciles_during_deletion"),
     ("reconciles after every object was marked deleted", "reconciles_after_all_marked"),
+    ("tuner daemons cancelled during deletion", "daemons_cancelled_during_deletion"),
     ("load average (1 min, 2 cores)", "load_average_1m"),
     ("checkout", "checkout"),
 )
