@@ -209,7 +209,7 @@ def wait_slo(
         tis = cluster.get("tis", name, namespace)
         c = condition(tis, "SLOMet")
         seen[:] = [c, (tis or {}).get("status", {}).get("latency")]
-        latency = tis["status"].get("latency") or {} if tis else {}
+        latency = (tis or {}).get("status", {}).get("latency") or {}
         # A verdict on a figure is told with the figure: a later tick's problem may already be in status.latency
         # while reconcile has yet to write its condition (two writes, the tuner's then reconcile's).
         consistent = reason not in JUDGED_VERDICTS or not latency.get("problem")
