@@ -69,14 +69,14 @@ def _cmd_operator(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(rest: list[str]) -> int:
-    from tailtune.tuner.plan import main as plan_main
+    from tailtune.offline.plan import main as plan_main
 
     code: int = plan_main(rest)
     return code
 
 
 def _cmd_simulate(rest: list[str]) -> int:
-    from tailtune.tuner.simulate import main as simulate_main
+    from tailtune.offline.simulate import main as simulate_main
 
     code: int = simulate_main(rest)
     return code

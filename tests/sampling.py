@@ -61,4 +61,3 @@ def enough(found: int, k: int) -> bool:
     """For a test that checks a rare kind of case (a few in a hundred draws): in the suite, whether it has found
     its sample of them (`wanted(k)`), so it stops drawing; never in the benchmark, where the whole family runs."""
     return not full_families() and found >= wanted(k)
-

@@ -171,9 +171,7 @@ def restart_times(
     times = []
     for i in range(restarts):
         batching = [CONFIG_B, CONFIG_A][i % 2]
-        (repo / MODEL / "config.pbtxt").write_text(
-            render_pbtxt(inp.model_copy(update={"batching": batching}))
-        )
+        (repo / MODEL / "config.pbtxt").write_text(render_pbtxt(inp.model_copy(update={"batching": batching})))
         t0 = time.monotonic()
         server.stop()
         server = start_tritonserver(repo, host=server.host, load_models=[MODEL], log_path=server.log_path)
@@ -342,11 +340,7 @@ def report(
         cells += [f"{w['max_ms']:.1f}", f"{ratio:.2f}", f"{w['p99_after_ms']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     for protocol in ("grpc", "http"):
-        swap_p99 = [
-            w["p99_ms"]
-            for w in stats["per_swap"]
-            if w["protocol"] == protocol and not math.isnan(w["p99_ms"])
-        ]
+        swap_p99 = [w["p99_ms"] for w in stats["per_swap"] if w["protocol"] == protocol and not math.isnan(w["p99_ms"])]
         after = [w["p99_after_ms"] for w in stats["per_swap"] if w["protocol"] == protocol]
         if swap_p99:
             lines += [

@@ -15,7 +15,7 @@ interval, and a trace of one of three families:
 - `random`: the controls, bursts of the same heights and lengths at random times (no period), where the
   forecast must not act.
 
-Each runs the operator's loop (`tailtune.tuner.whatif`, the engine of `tailtune simulate`) as `tailtune` (reactive)
+Each runs the operator's loop (`tailtune.offline.whatif`, the engine of `tailtune simulate`) as `tailtune` (reactive)
 and `predictive` (the forecast on), the per-window `oracle` (the best static config of a sweep at the most replicas,
 clairvoyant) and `static-max`. Figures per run: goodput (requests answered within the SLO per second) against the
 oracle's, over the whole trace and over the windows after the third period (the forecast needs three periods before
@@ -40,9 +40,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tailtune.offline.whatif import Setup, summarize  # noqa: E402
 from tailtune.sim.curves import PiecewiseCurve  # noqa: E402
 from tailtune.tuner.forecast import HELD_FOR_FORECAST, MIN_REPEATS, SCALED_OUT_AHEAD  # noqa: E402
-from tailtune.tuner.whatif import Setup, summarize  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "predictive"
 SEED = 385
@@ -261,7 +261,7 @@ def plot(rows: list[dict[str, Any]], path: Path, family: dict[str, Scenario]) ->
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from tailtune.tuner.whatif import plot as plot_run
+    from tailtune.offline.whatif import plot as plot_run
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
     colors = {"bursts": "C0", "diurnal": "C1", "random": "C2"}

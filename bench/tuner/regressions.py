@@ -4,7 +4,7 @@
     python bench/tuner/regressions.py -k crowd   # the checks whose name holds "crowd"
 
 Each check replays one or a few scenarios the tuner benchmark once found the law wanting on (their bench seed and
-number are in the docstrings), runs tailtune and the policies it is measured against through `tailtune.tuner.whatif`
+number are in the docstrings), runs tailtune and the policies it is measured against through `tailtune.offline.whatif`
 (the simulator behind `tailtune simulate`), and asserts what the fix promised. They were unit tests; they are
 benchmark regressions (a scenario's figures are not a unit's property), so they run here and print their figures:
 per check, every simulated run's goodput, offered load and changes, then PASS or FAIL with the assertion's text.
@@ -28,9 +28,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tailtune.offline import whatif  # noqa: E402
+from tailtune.offline.whatif import Setup  # noqa: E402
 from tailtune.sim.curves import PiecewiseCurve  # noqa: E402
-from tailtune.tuner import whatif  # noqa: E402
-from tailtune.tuner.whatif import Setup  # noqa: E402
 from tests.unit.tuner.families import stepwise_edge  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "regressions"

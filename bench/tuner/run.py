@@ -13,7 +13,7 @@ or the engine's max), 1-2 instances and 1-4 replicas (the static policies and th
 replicas; tailtune starts with them and may scale within 1..that). Each runs `tailtune`, `triton-default`, `aimd`, the
 start config held static, the `oracle` (per interval, the best static config of a sweep), `min-cost` (per interval
 the fewest replicas and a config of the sweep that hold the SLO, each scale-out one pod start ahead) and
-`static-max` (the most replicas, the start config) through `tailtune.tuner.whatif`: the same engine as
+`static-max` (the most replicas, the start config) through `tailtune.offline.whatif`: the same engine as
 `tailtune simulate`.
 
 Writes bench/out/tuner/report.md (distribution per family: minimum, 10th percentile and median of
@@ -37,8 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from tailtune.sim.curves import PiecewiseCurve
-from tailtune.tuner.whatif import (
+from tailtune.offline.whatif import (
     STEP_WINDOWS,
     Setup,
     read_curve,
@@ -47,6 +46,7 @@ from tailtune.tuner.whatif import (
     step_windows,
     summarize,
 )
+from tailtune.sim.curves import PiecewiseCurve
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "bench" / "out" / "tuner"
@@ -434,7 +434,7 @@ def report(
     wide: bool = False,
 ) -> str:
     """Markdown report: targets, distribution per family, the 5 worst; PNGs beside it."""
-    from tailtune.tuner.whatif import plot
+    from tailtune.offline.whatif import plot
 
     drawn = wide_scenarios(seed, count) if wide else scenarios(quick, seed, count)
     by_name = {sc.name: sc for sc in drawn}

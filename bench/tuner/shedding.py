@@ -7,7 +7,7 @@ Each scenario is drawn from a fixed seed: a curve t(b) = a + c*b^p on a ladder u
 times t(8), 1-2 instances, a fleet of at most 1-4 replicas starting at one, and a trace that steps from a base load
 to a surge and back. Half the surges stay within what the most replicas carry (the overload lasts until the
 scale-out is ready), half go past it (the overload lasts as long as the surge). Each runs the operator's loop
-(`tailtune`, through `tailtune.tuner.whatif`, the engine of `tailtune simulate`) with shedding off and on.
+(`tailtune`, through `tailtune.offline.whatif`, the engine of `tailtune simulate`) with shedding off and on.
 
 Figures per run: goodput (requests answered within the SLO per second, over the trace), the share of arrivals
 shedding rejected, the worst answered P99 (fleet-wide, per 5 s of arrivals) after the surge began, and the
@@ -36,8 +36,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tailtune.offline.whatif import Run, Setup, run_policy, summarize  # noqa: E402
 from tailtune.sim.curves import PiecewiseCurve  # noqa: E402
-from tailtune.tuner.whatif import Run, Setup, run_policy, summarize  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "shedding"
 SEED = 38

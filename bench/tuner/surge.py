@@ -8,7 +8,7 @@ Each scenario is drawn from a fixed seed: a curve t(b) = a + c*b^p on a ladder u
 times t(8), 1-2 instances, at most 1-8 replicas starting at one, and a trace from near idle (a few % of one
 replica) to a surge of 2-8 replicas' worth (capped at what the most replicas carry), in one of four shapes: a step,
 a 20 s ramp, two steps 30 s apart, a spike of twice the surge for 10 s then the surge. The surge starts at a time
-drawn between two ticks. Each runs the operator's loop (`tailtune`, through `tailtune.tuner.whatif`) with the fast
+drawn between two ticks. Each runs the operator's loop (`tailtune`, through `tailtune.offline.whatif`) with the fast
 path off and on, and the per-window oracle (clairvoyant, the most replicas from the start) for goodput.
 
 Figures per run: seconds from the surge's start to the first scale-out asked (the simulator's knobs), the most
@@ -38,9 +38,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.tuner.shedding import SLOT_S, recovery_s  # noqa: E402
+from tailtune.offline.whatif import Run, Setup, run_policy, summarize  # noqa: E402
 from tailtune.sim.curves import PiecewiseCurve  # noqa: E402
 from tailtune.tuner.surge import SURGE_SCALE_OUT  # noqa: E402
-from tailtune.tuner.whatif import Run, Setup, run_policy, summarize  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "surge"
 SEED = 384

@@ -1,7 +1,7 @@
 """Discrete-event model of Triton's dynamic batcher, for benchmarks and planning.
 
 It reports `WindowStats`, the fields of the `Observation` the Prometheus reader gives
-(`tailtune.tuner.simobs` converts), so the tuner runs unchanged against it.
+(`tailtune.offline.simobs` converts), so the tuner runs unchanged against it.
 """
 
 from tailtune.sim.arrivals import MAX_REQUESTS, Trace, deterministic, diurnal, mmpp, poisson, step

@@ -57,9 +57,7 @@ def step(levels: Sequence[tuple[float, float]], duration_s: float, seed: int, na
     return Trace(name, piecewise_poisson(segs, seed), duration_s, segs, tuple(bounds[1:-1]))
 
 
-def mmpp(
-    rates: tuple[float, float], mean_dwell_s: tuple[float, float], duration_s: float, seed: int
-) -> Trace:
+def mmpp(rates: tuple[float, float], mean_dwell_s: tuple[float, float], duration_s: float, seed: int) -> Trace:
     """Bursty two-state Markov-modulated Poisson process: exponential dwell times in each state."""
     rng = np.random.default_rng(seed + 1_000_003)
     segs: list[tuple[float, float, float]] = []
@@ -71,9 +69,7 @@ def mmpp(
     return Trace("mmpp", piecewise_poisson(segs, seed), duration_s, tuple(segs))
 
 
-def diurnal(
-    low: float, high: float, period_s: float, duration_s: float, seed: int, piece_s: float = 1.0
-) -> Trace:
+def diurnal(low: float, high: float, period_s: float, duration_s: float, seed: int, piece_s: float = 1.0) -> Trace:
     """A day compressed into `period_s`: the rate follows a sine between low and high (starting low)."""
     n = math.ceil(duration_s / piece_s)
     segs = tuple(

@@ -24,7 +24,7 @@ Routing = Literal["round_robin", "random"]
 class WindowStats:
     """One window of the simulated replicas, measured the way Prometheus measures Triton.
 
-    The fields of the tuner's `Observation` (`tailtune.tuner.simobs` converts), so the tuner runs unchanged
+    The fields of the tuner's `Observation` (`tailtune.offline.simobs` converts), so the tuner runs unchanged
     against the simulator; None where the window holds no request.
     """
 

@@ -62,12 +62,8 @@ class ModelConfigInput(_Input):
         int | None,
         Field(description="Largest batch the engine accepts (TensorRT profile max); None: no limit."),
     ] = None
-    instance_groups: Annotated[tuple[InstanceGroup, ...], Field(description="Instance groups.")] = (
-        InstanceGroup(),
-    )
-    queue_policy: Annotated[
-        QueuePolicy | None, Field(description="Default queue policy; None: Triton's.")
-    ] = None
+    instance_groups: Annotated[tuple[InstanceGroup, ...], Field(description="Instance groups.")] = (InstanceGroup(),)
+    queue_policy: Annotated[QueuePolicy | None, Field(description="Default queue policy; None: Triton's.")] = None
     warmup: Annotated[Warmup | None, Field(description="Warmup before the model turns ready.")] = None
     warmup_dims: Annotated[
         Mapping[str, tuple[int, ...]],
@@ -92,9 +88,7 @@ def _check_tensors(kind: str, tensors: tuple[TensorSpec, ...]) -> None:
             raise ConfigError(f"{kind}[{i}].dims", "must list at least one dim (without the batch dim)")
         for j, d in enumerate(t.dims):
             if d == 0 or d < -1:
-                raise ConfigError(
-                    f"{kind}[{i}].dims[{j}]", f"{d} is not a dim; use a size >= 1 or -1 (dynamic)"
-                )
+                raise ConfigError(f"{kind}[{i}].dims[{j}]", f"{d} is not a dim; use a size >= 1 or -1 (dynamic)")
 
 
 def _warmup_dims(inp: ModelConfigInput, index: int, spec: TensorSpec) -> tuple[int, ...]:
@@ -149,9 +143,7 @@ def validate(inp: ModelConfigInput) -> None:
         if g.count < 1:
             raise ConfigError(f"instance_groups[{i}].count", f"{g.count} must be >= 1")
         if g.kind == "KIND_CPU" and g.gpus:
-            raise ConfigError(
-                f"instance_groups[{i}].gpus", "KIND_CPU takes no gpus; remove them or use KIND_GPU"
-            )
+            raise ConfigError(f"instance_groups[{i}].gpus", "KIND_CPU takes no gpus; remove them or use KIND_GPU")
         if g.kind == "KIND_CPU" and inp.runtime == "tensorrt_plan":
             raise ConfigError(f"instance_groups[{i}].kind", "a tensorrt_plan runs on GPUs only; use KIND_GPU")
         if any(x < 0 for x in g.gpus) or len(set(g.gpus)) != len(g.gpus):
@@ -243,9 +235,7 @@ def config_to_json(cfg: ModelConfig) -> str:
 def config_from_json(doc: Mapping[str, Any] | str) -> ModelConfig:
     """Parse a config as Triton returns it (`/v2/models/M/config`) into a `ModelConfig`."""
     cfg = model_config_pb2.ModelConfig()
-    json_format.ParseDict(
-        json.loads(doc) if isinstance(doc, str) else dict(doc), cfg, ignore_unknown_fields=True
-    )
+    json_format.ParseDict(json.loads(doc) if isinstance(doc, str) else dict(doc), cfg, ignore_unknown_fields=True)
     return cfg
 
 

@@ -128,7 +128,5 @@ def apply_config(url: str, model: str, config_json: str, timeout: float = 300.0)
     except InferenceServerException as e:
         raise ApplyError(f"cannot read back the config of {model!r}: {_message(e)}") from e
     if not batching_equivalent(live, wanted):
-        raise ApplyError(
-            f"{model!r} live batching {live.model_dump()} differs from the applied {wanted.model_dump()}"
-        )
+        raise ApplyError(f"{model!r} live batching {live.model_dump()} differs from the applied {wanted.model_dump()}")
     return ApplyResult(seconds=seconds, live_batching=live)

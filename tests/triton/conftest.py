@@ -72,11 +72,7 @@ def infer(
 ) -> Any:
     """One KServe v2 JSON inference of FP32 `x` (batch first) on INPUT0; returns OUTPUT0 as an array."""
     body = json.dumps(
-        {
-            "inputs": [
-                {"name": "INPUT0", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}
-            ]
-        }
+        {"inputs": [{"name": "INPUT0", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]}
     )
     c = conn or http.client.HTTPConnection(server.host, server.http_port, timeout=30)
     c.request("POST", f"/v2/models/{model}/infer", body, {"Content-Type": "application/json"})

@@ -43,20 +43,14 @@ TABLE: list[tuple[str, ModelKind, Literal["pbtxt", "json"], dict[str, Any]]] = [
         "preferred-delay",
         "emulated_gpu",
         "json",
-        {
-            "batching": Batching(
-                max_batch_size=8, preferred_batch_sizes=[2, 4], max_queue_delay_microseconds=100
-            )
-        },
+        {"batching": Batching(max_batch_size=8, preferred_batch_sizes=[2, 4], max_queue_delay_microseconds=100)},
     ),
     (
         "queue-policy",
         "emulated_gpu",
         "pbtxt",
         {
-            "batching": Batching(
-                max_batch_size=16, preferred_batch_sizes=[16], max_queue_delay_microseconds=5000
-            ),
+            "batching": Batching(max_batch_size=16, preferred_batch_sizes=[16], max_queue_delay_microseconds=5000),
             "queue_policy": QueuePolicy(max_queue_size=10, timeout_microseconds=2_000_000),
         },
     ),
@@ -82,9 +76,7 @@ TABLE: list[tuple[str, ModelKind, Literal["pbtxt", "json"], dict[str, Any]]] = [
         "onnx_mlp",
         "json",
         {
-            "batching": Batching(
-                max_batch_size=32, preferred_batch_sizes=[8, 16], max_queue_delay_microseconds=1000
-            ),
+            "batching": Batching(max_batch_size=32, preferred_batch_sizes=[8, 16], max_queue_delay_microseconds=1000),
             "warmup": Warmup(batch_sizes=[1, 32], count=1, data="random"),
             "queue_policy": QueuePolicy(max_queue_size=100, timeout_microseconds=1_000_000),
         },
@@ -106,9 +98,7 @@ def test_rendered_config_loads_and_reads_back(
     if via == "pbtxt":
         inp = deployer.deploy(kind, wanted)
     else:
-        inp = deployer.write(
-            kind, local_model_input(kind, name, dim=8, out_dim=4)
-        )  # a different config on disk
+        inp = deployer.write(kind, local_model_input(kind, name, dim=8, out_dim=4))  # a different config on disk
         inp = inp.model_copy(update={k: getattr(wanted, k) for k in ("batching", "queue_policy", "warmup")})
         inp = inp.model_copy(update={"instance_groups": wanted.instance_groups})
         deployer.load(name, render_json(inp))
@@ -122,9 +112,7 @@ def test_rendered_config_loads_and_reads_back(
     assert y.shape == (batch, 8 if kind == "emulated_gpu" else 4)
 
 
-def test_warmup_runs_before_the_model_is_ready(
-    triton: LocalTriton, deployer: Deployer, tmp_path: Path
-) -> None:
+def test_warmup_runs_before_the_model_is_ready(triton: LocalTriton, deployer: Deployer, tmp_path: Path) -> None:
     counter = tmp_path / "warm.count"
     inp = local_model_input("emulated_gpu", "warm", warmup=Warmup(batch_sizes=[1, 2], count=2))
     deployer.write("emulated_gpu", inp, counter_file=str(counter), base_ms=300)
@@ -168,9 +156,7 @@ def test_warmup_execution_fault_never_turns_ready(tmp_path: Path) -> None:
     # backend) in about half the runs; when the server survives, it refuses the model and names the sample.
     inp = local_model_input("emulated_gpu", "fault", warmup=Warmup(batch_sizes=[4], count=1))
     write_model_repository(tmp_path / "repo", "emulated_gpu", "fault", inp, fail_batch_size=4)
-    server = start_tritonserver(
-        tmp_path / "repo", log_path=tmp_path / "tritonserver.log", exit_timeout_secs=2
-    )
+    server = start_tritonserver(tmp_path / "repo", log_path=tmp_path / "tritonserver.log", exit_timeout_secs=2)
     try:
         with pytest.raises(control.ApplyError) as refused:
             control.load_model(server.grpc_url, "fault", timeout=15)
@@ -190,12 +176,8 @@ def test_warmup_execution_fault_never_turns_ready(tmp_path: Path) -> None:
 
 
 def test_hot_reconfiguration_changes_batching_under_load(triton: LocalTriton, deployer: Deployer) -> None:
-    inp = deployer.deploy(
-        "emulated_gpu", local_model_input("emulated_gpu", "hot", batching=Batching(max_batch_size=1))
-    )
-    wider = inp.model_copy(
-        update={"batching": Batching(max_batch_size=16, max_queue_delay_microseconds=2000)}
-    )
+    inp = deployer.deploy("emulated_gpu", local_model_input("emulated_gpu", "hot", batching=Batching(max_batch_size=1)))
+    wider = inp.model_copy(update={"batching": Batching(max_batch_size=16, max_queue_delay_microseconds=2000)})
 
     def average_batch(seconds: float) -> float | None:
         before = scrape_model_counters(triton.metrics_url, "hot")
@@ -264,16 +246,12 @@ def test_config_triton_refuses_leaves_old_model_serving(
     with pytest.raises(control.ApplyError, match=message):
         control.load_model(triton.grpc_url, "steady", config_to_json(cfg))
     assert control.is_model_ready(triton.grpc_url, "steady")
-    assert batching_equivalent(
-        batching_from_config(control.get_model_config_json(triton.grpc_url, "steady")), old
-    )
+    assert batching_equivalent(batching_from_config(control.get_model_config_json(triton.grpc_url, "steady")), old)
     x = np.ones((1, 16), dtype=np.float32)
     np.testing.assert_array_equal(infer(triton, "steady", x), x * 2)
 
 
-def test_emulated_device_serializes_instances(
-    triton: LocalTriton, deployer: Deployer, tmp_path: Path
-) -> None:
+def test_emulated_device_serializes_instances(triton: LocalTriton, deployer: Deployer, tmp_path: Path) -> None:
     counter = tmp_path / "device.count"
     inp = local_model_input("emulated_gpu", "shared", batching=Batching(max_batch_size=1), instances=2)
     deployer.deploy("emulated_gpu", inp, counter_file=str(counter), base_ms=20, per_item_ms=0)
@@ -295,10 +273,7 @@ def test_onnx_mlp_answers_like_the_reference(triton: LocalTriton, deployer: Depl
     model = build_mlp(8, 16, 4, seed=7)
     xs = [np.random.default_rng(i).standard_normal((2, 8)).astype(np.float32) for i in range(4)]
     results: dict[int, Any] = {}
-    threads = [
-        threading.Thread(target=lambda i=i: results.update({i: infer(triton, "mlp", xs[i])}))
-        for i in range(4)
-    ]
+    threads = [threading.Thread(target=lambda i=i: results.update({i: infer(triton, "mlp", xs[i])})) for i in range(4)]
     for t in threads:
         t.start()
     for t in threads:

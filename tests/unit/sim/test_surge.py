@@ -1,4 +1,4 @@
-"""The fast path in the simulator (`Setup.fast_path`, the operator's loop through `tailtune.tuner.whatif`): a surge
+"""The fast path in the simulator (`Setup.fast_path`, the operator's loop through `tailtune.offline.whatif`): a surge
 from near idle gets its scale-out request within 10 s of its start, against the next tick without it."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import io
 import json
 from pathlib import Path
 
+from tailtune.offline import simulate
+from tailtune.offline.whatif import Run, Setup, run_policy
 from tailtune.sim.curves import PiecewiseCurve
-from tailtune.tuner import simulate
 from tailtune.tuner.surge import SURGE_SCALE_OUT
-from tailtune.tuner.whatif import Run, Setup, run_policy
 
 # A slow device (t(8) = 80 ms: one replica serves ~100 req/s) keeps the run to a few thousand requests.
 CURVE = PiecewiseCurve(tuple((b, 20.0 + 4.0 * b**1.3) for b in (1, 2, 4, 8, 16)), "slow")

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tailtune.api.v1alpha1 import Batching, Replicas, Slo, Tuning
+from tailtune.offline.whatif import Run, Setup, run_policy
 from tailtune.operator.atrest import state_moved
 from tailtune.sim.curves import PiecewiseCurve
 from tailtune.tuner.forecast import (
@@ -28,7 +29,6 @@ from tailtune.tuner.forecast import (
 from tailtune.tuner.law import candidate, decide, hold
 from tailtune.tuner.servicetime import Curve, CurvePoint
 from tailtune.tuner.types import Decision, DemandHistory, InForce, Observation, Policy, TunerState
-from tailtune.tuner.whatif import Run, Setup, run_policy
 from tests.sampling import cases
 from tests.unit.tuner.families import NOW, make_case
 

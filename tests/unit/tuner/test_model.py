@@ -200,8 +200,8 @@ def test_the_share_ranks_a_batch_past_the_plateaus_edge_below_one_within_it() ->
     ranks them so, and within 0.03 of each."""
     from pathlib import Path
 
+    from tailtune.offline.whatif import read_curve
     from tailtune.tuner.model import share_within
-    from tailtune.tuner.whatif import read_curve
 
     t = read_curve(Path(__file__).parents[3] / "bench/tuner/curves/tritonserver-emulated.csv").ms
     slo, rate = 12.76, 495.0

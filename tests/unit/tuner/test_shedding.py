@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from tailtune.api.v1alpha1 import Batching, Replicas, Slo, Tuning
+from tailtune.offline import simulate
+from tailtune.offline.whatif import Setup, summarize
 from tailtune.sim.curves import PiecewiseCurve
-from tailtune.tuner import simulate
 from tailtune.tuner.servicetime import CurvePoint, ladder
 from tailtune.tuner.shedding import shed_batch_max, shed_timeout_us
 from tailtune.tuner.types import Policy
-from tailtune.tuner.whatif import Setup, summarize
 
 
 @pytest.mark.parametrize(

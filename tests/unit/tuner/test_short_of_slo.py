@@ -171,7 +171,6 @@ def test_where_nothing_keeps_the_aim_a_config_holding_the_slo_with_room_is_kept(
     assert kept >= floor(20, 40), kept
 
 
-
 def test_a_foretold_break_where_nothing_holds_the_slo_is_left_after_one_window_for_much_more_goodput() -> None:
     """Where nothing holds the SLO at the demand, a window past the SLO that the model foretold for the config in
     force is acted on at once when the plan answers a good deal more of the demand within it (SHARE_GAIN, and
@@ -338,4 +337,3 @@ def _gain(curve: Curve, plan: law.Plan, batching: Batching, policy: Policy, rate
     now = in_force_share(curve, batching, policy, 1.0, rate, plan.replicas)
     then = law.share(curve, plan.candidate, rate, policy, 1.0, plan.replicas)
     return then - now, then / max(now, 1e-9)
-

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tailtune.offline.whatif import Setup, run_policy, summarize
 from tailtune.sim.curves import PiecewiseCurve
-from tailtune.tuner.whatif import Setup, run_policy, summarize
 from tests.sampling import cases
 
 # t(b) = 5 ms x b: 200 req/s a replica whatever the batch, so the replicas a load needs do not depend on the config.
@@ -94,7 +94,7 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def test_simulate_json_reports_replica_seconds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tailtune.tuner.simulate import main
+    from tailtune.offline.simulate import main
 
     curve = _write(tmp_path, "c.csv", "batch,ms\n1,2\n8,6\n")
     trace = _write(tmp_path, "t.csv", "t_s,rate_rps\n0,20\n60,0\n")
@@ -109,7 +109,7 @@ def test_simulate_json_reports_replica_seconds(tmp_path: Path, capsys: pytest.Ca
 def test_simulate_refuses_min_cost_past_the_counts_it_sweeps(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tailtune.tuner.simulate import MIN_COST_MAX_REPLICAS, main
+    from tailtune.offline.simulate import MIN_COST_MAX_REPLICAS, main
 
     curve = _write(tmp_path, "c.csv", "batch,ms\n1,2\n8,6\n")
     trace = _write(tmp_path, "t.csv", "t_s,rate_rps\n0,20\n60,0\n")

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from tailtune.tuner.plan import main
+from tailtune.offline.plan import main
 
 
 def test_plan_for_the_emulated_curve_at_high_load() -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tailtune.offline.whatif import InputError, Setup, read_curve, read_trace, summarize
 from tailtune.sim.curves import PiecewiseCurve
 from tailtune.tuner.servicetime import ladder
-from tailtune.tuner.whatif import InputError, Setup, read_curve, read_trace, summarize
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:
@@ -204,7 +204,7 @@ def test_simulate_bad_flags_exit_2_naming_the_flag(
     named: str,
 ) -> None:
     """`tailtune simulate` on a bad flag: exit 2 and one line on stderr that names it; no summary, no traceback."""
-    from tailtune.tuner.simulate import main
+    from tailtune.offline.simulate import main
 
     monkeypatch.chdir(tmp_path)  # relative --plot paths land here, whatever happens
 
@@ -220,7 +220,7 @@ def test_simulate_bad_flags_exit_2_naming_the_flag(
 def test_simulate_refuses_a_trace_past_what_it_can_hold(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A trace asking for more requests than the simulator can keep in memory: exit 2 naming the trace and the
     way out, instead of a MemoryError traceback; --duration-s that brings it under the limit is accepted."""
-    from tailtune.tuner.simulate import MAX_REQUESTS, _parser, _setup, main
+    from tailtune.offline.simulate import MAX_REQUESTS, _parser, _setup, main
 
     curve = _write(tmp_path, "c.csv", "batch,ms\n1,2\n8,6\n")
     rate = 2 * MAX_REQUESTS / 100
@@ -238,7 +238,7 @@ def test_simulate_refuses_a_trace_of_more_windows_than_it_can_run(
 ) -> None:
     """A long idle trace asks for no requests but billions of tuner decisions: exit 2 naming the trace and the
     way out, at once (it ran for hours before)."""
-    from tailtune.tuner.simulate import MAX_WINDOWS, main
+    from tailtune.offline.simulate import MAX_WINDOWS, main
 
     curve = _write(tmp_path, "c.csv", "batch,ms\n1,2\n8,6\n")
     trace = _write(tmp_path, "t.csv", f"t_s,rate_rps\n0,0\n{30 * (MAX_WINDOWS + 1)},0\n")
@@ -272,7 +272,7 @@ def test_rate_at_finds_the_segment_of_a_long_trace_and_of_one_out_of_order() -> 
 def test_window_goodput_does_not_depend_on_the_order_of_the_requests() -> None:
     """Per-window goodput and percentile slice each window's requests out of the arrival-sorted outcomes; given in
     another order, the same figures."""
-    from tailtune.tuner.whatif import Run, windows_goodput
+    from tailtune.offline.whatif import Run, windows_goodput
 
     rng = np.random.default_rng(9)
     curve = PiecewiseCurve(((1, 2.0), (8, 6.0)), "t")

@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 
 from tailtune.api.v1alpha1 import Batching
+from tailtune.offline.simobs import observation_from_sim
 from tailtune.sim import SimCluster, WindowStats, linear_power
-from tailtune.tuner.simobs import observation_from_sim
 from tailtune.tuner.types import Observation
 
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tailtune.tuner.plan import main
+from tailtune.offline.plan import main
 
 
 def _plan(*args: str) -> tuple[int, str]:
@@ -76,7 +76,7 @@ def test_the_command_line_exit_codes() -> None:
 
 def test_the_readme_plan_commands_exit_as_the_readme_says() -> None:
     """README "Your own model" lists `tailtune plan` lines with the exit code each gets."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
     lines = re.findall(r"^tailtune plan (.+?)\s+# (.*)$", readme, re.M)
     assert len(lines) >= 3
     for args, comment in lines:

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import TextIO
 
 from tailtune.api.v1alpha1 import MAX_INSTANCES_PER_GPU, MAX_REPLICAS
+from tailtune.offline.whatif import InputError, Setup, plot, read_curve, read_trace, summarize
 from tailtune.sim import MAX_REQUESTS
-from tailtune.tuner.whatif import InputError, Setup, plot, read_curve, read_trace, summarize
 
 # Each window runs the tuner's decision (tens of ms): past this many (a week of 30 s windows) a run takes hours.
 MAX_WINDOWS = 20_000

@@ -38,13 +38,13 @@ import numpy as np
 import numpy.typing as npt
 
 from tailtune.api.v1alpha1 import MAX_BATCH_SIZE, Batching
+from tailtune.offline.simobs import observation_from_sim, pod_readings_from_sim
 from tailtune.sim import SimCluster
 from tailtune.sim.arrivals import piecewise_poisson
 from tailtune.sim.curves import PiecewiseCurve
 from tailtune.tuner.loop import FastPath, tune_once
 from tailtune.tuner.servicetime import Curve, CurvePoint, ladder
 from tailtune.tuner.shedding import shed_batch_max, shed_timeout_us
-from tailtune.tuner.simobs import observation_from_sim, pod_readings_from_sim
 from tailtune.tuner.surge import CHECK_SECONDS, SURGE_SCALE_OUT
 from tailtune.tuner.types import TAIL_SHARE, Decision, InForce, Observation, Policy, TunerState
 
