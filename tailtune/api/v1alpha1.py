@@ -177,6 +177,94 @@ BLANK_BUILDER_IMAGE = (
 )
 
 
+# TensorRT-LLM's own bounds as trtllm-build takes them (int32 token counts); the spec allows up to 1 Mi tokens.
+MAX_LLM_TOKENS = 1_048_576
+LlmDtype = Literal["float16", "bfloat16", "float32"]
+LLM_SEQ_NOT_ABOVE_INPUT = (
+    "engine.llm.maxSeqLen must be > engine.llm.maxInputLen (a sequence is the prompt plus at least one output "
+    "token): raise maxSeqLen or lower maxInputLen"
+)
+LLM_TENSOR_PARALLEL_ONE = (
+    "engine.llm.tensorParallel must be 1: Triton's tensorrtllm backend runs a tensor-parallel engine as one MPI "
+    "rank per GPU (launch_triton_server.py --world_size), which the serving pod (one tritonserver) does not launch"
+)
+
+
+class LlmEngine(Model):
+    """A generative model's TensorRT-LLM engine: trtllm-build's limits, fixed at build (a change builds anew)."""
+
+    cel = (
+        (
+            "!has(self.maxSeqLen) || self.maxSeqLen > self.maxInputLen",
+            LLM_SEQ_NOT_ABOVE_INPUT,
+            ".maxSeqLen",
+        ),
+    )
+
+    max_batch_size: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=MAX_BATCH_SIZE,
+            description="trtllm-build --max_batch_size: the most sequences the engine schedules at once (default "
+            "2048, trtllm-build's).",
+        ),
+    ] = 2048
+    max_num_tokens: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=MAX_LLM_TOKENS,
+            description="trtllm-build --max_num_tokens: the most tokens one iteration batches, prompts and decode "
+            "steps together (default 8192, trtllm-build's). Without chunked context it must hold a whole prompt "
+            "(>= maxInputLen).",
+        ),
+    ] = 8192
+    max_input_len: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=MAX_LLM_TOKENS,
+            description="trtllm-build --max_input_len: the longest prompt, tokens (default 1024, trtllm-build's).",
+        ),
+    ] = 1024
+    max_seq_len: Annotated[
+        int | None,
+        Field(
+            ge=2,
+            le=MAX_LLM_TOKENS,
+            description="trtllm-build --max_seq_len: the longest prompt plus output, tokens. Unset: trtllm-build "
+            "takes the checkpoint's max_position_embeddings.",
+        ),
+    ] = None
+    dtype: Annotated[
+        LlmDtype | None,
+        Field(
+            description="The checkpoint's dtype the build expects (config.json dtype); the build fails with "
+            "CheckpointDtypeMismatch when the checkpoint has another (trtllm-build builds in the checkpoint's "
+            "dtype, set by convert_checkpoint.py). Unset: whatever the checkpoint has.",
+        ),
+    ] = None
+    tensor_parallel: Annotated[
+        Literal[1],
+        Field(
+            description="Tensor parallelism; only 1: Triton's tensorrtllm backend runs a tensor-parallel engine as "
+            "one MPI rank per GPU (launch_triton_server.py --world_size), which the serving pod does not launch.",
+        ),
+    ] = 1
+
+    @model_validator(mode="after")
+    def _seq_above_input(self) -> LlmEngine:
+        if self.max_seq_len is not None and self.max_seq_len <= self.max_input_len:
+            raise ValueError(LLM_SEQ_NOT_ABOVE_INPUT)
+        return self
+
+    @property
+    def needs_chunked_context(self) -> bool:
+        """A prompt of maxInputLen fits one iteration only in chunks (serving.llm.enableChunkedContext must stay on)."""
+        return self.max_num_tokens < self.max_input_len
+
+
 class Engine(Model):
     """How the serving engine is built."""
 
@@ -228,6 +316,14 @@ class Engine(Model):
     pod_annotations: Annotated[dict[str, str], Field(description="Annotations added to the build Job's pod.")] = Field(
         default_factory=dict
     )
+    llm: Annotated[
+        LlmEngine | None,
+        Field(
+            description="Generative models (spec.model.kind generative) only: the TensorRT-LLM engine's limits, "
+            "built by trtllm-build from the TensorRT-LLM checkpoint at spec.model.uri. Unset on a generative "
+            "model: trtllm-build's defaults.",
+        ),
+    ] = None
 
     @model_validator(mode="after")
     def _rules(self) -> Engine:
@@ -358,6 +454,57 @@ class Shedding(Model):
     ] = False
 
 
+BatchSchedulerPolicy = Literal["max_utilization", "guaranteed_no_evict"]
+
+
+class LlmServing(Model):
+    """Triton's tensorrt_llm model config of a generative model, read at model load (a change is a reload)."""
+
+    batch_scheduler_policy: Annotated[
+        BatchSchedulerPolicy,
+        Field(
+            description="batch_scheduler_policy: guaranteed_no_evict admits a sequence only when the KV cache "
+            "holds it to its end (a started request is never paused); max_utilization packs as many as fit now and "
+            "pauses some when the cache runs out. Default guaranteed_no_evict, the backend's.",
+        ),
+    ] = "guaranteed_no_evict"
+    kv_cache_free_gpu_mem_fraction: Annotated[
+        float,
+        Field(
+            gt=0,
+            lt=1,
+            description="kv_cache_free_gpu_mem_fraction: the share of the GPU memory left after loading the engine "
+            "that the KV cache may take (0 < x < 1). Default 0.9, the backend's.",
+        ),
+    ] = 0.9
+    enable_chunked_context: Annotated[
+        bool,
+        Field(
+            description="enable_chunked_context: prefill a prompt in chunks batched with decode steps (a long "
+            "prompt stalls decoding less). Needed when engine.llm.maxNumTokens < engine.llm.maxInputLen. Default "
+            "false, the backend's.",
+        ),
+    ] = False
+    max_queue_delay_microseconds: Annotated[
+        int,
+        Field(
+            ge=0,
+            le=1_000_000,  # Triton's bound, as serving.batching.maxQueueDelayMicroseconds has it
+            description="dynamic_batching.max_queue_delay_microseconds: how long Triton may hold a request so that "
+            "requests arriving together join one TensorRT-LLM iteration. Default 0, Triton's.",
+        ),
+    ] = 0
+    max_queue_size: Annotated[
+        int,
+        Field(
+            ge=0,
+            le=1_000_000,
+            description="dynamic_batching.default_queue_policy.max_queue_size: requests queued before Triton "
+            "rejects new ones; 0 = unbounded, Triton's default.",
+        ),
+    ] = 0
+
+
 class Serving(Model):
     """How Triton is deployed."""
 
@@ -391,6 +538,14 @@ class Serving(Model):
     pod_annotations: Annotated[dict[str, str], Field(description="Annotations added to serving pods.")] = Field(
         default_factory=dict
     )
+    llm: Annotated[
+        LlmServing | None,
+        Field(
+            description="Generative models (spec.model.kind generative) only: Triton's tensorrt_llm model config "
+            "(decoupled, inflight fused batching). Read at model load: a change reloads the model through the "
+            "canary. Unset on a generative model: the backend's defaults.",
+        ),
+    ] = None
 
     @model_validator(mode="after")
     def _shedding_owns_the_timeout(self) -> Serving:
@@ -602,6 +757,18 @@ GENERATIVE_WITHOUT_TOKEN_TARGETS = (
 TOKEN_TARGETS_WITHOUT_GENERATIVE = (
     "spec.slo.ttft and spec.slo.tpot apply to generative services only: remove them, or set spec.model.kind: generative"
 )
+LLM_FIELDS_WITHOUT_GENERATIVE = (
+    "spec.engine.llm and spec.serving.llm apply to generative services only: remove them, or set "
+    "spec.model.kind: generative"
+)
+GENERATIVE_NOT_TENSORRT = (
+    "spec.model.kind generative builds a TensorRT-LLM engine: leave spec.engine.backend at tensorrt"
+)
+PROMPT_ABOVE_TOKEN_BUDGET = (
+    "spec.engine.llm.maxNumTokens must be >= spec.engine.llm.maxInputLen unless spec.serving.llm.enableChunkedContext "
+    "is true (without chunks a whole prompt is prefilled in one iteration): raise maxNumTokens, lower maxInputLen, "
+    "or enable chunked context"
+)
 
 
 class InferenceServiceSpec(Model):
@@ -633,6 +800,23 @@ class InferenceServiceSpec(Model):
             TOKEN_TARGETS_WITHOUT_GENERATIVE,
             ".slo",
         ),
+        (
+            "(has(self.model.kind) && self.model.kind == 'generative')"
+            " || (!has(self.engine.llm) && !has(self.serving.llm))",
+            LLM_FIELDS_WITHOUT_GENERATIVE,
+            ".model.kind",
+        ),
+        (
+            "!has(self.model.kind) || self.model.kind != 'generative' || self.engine.backend == 'tensorrt'",
+            GENERATIVE_NOT_TENSORRT,
+            ".engine.backend",
+        ),
+        (
+            "!has(self.engine.llm) || self.engine.llm.maxNumTokens >= self.engine.llm.maxInputLen"
+            " || (has(self.serving.llm) && self.serving.llm.enableChunkedContext)",
+            PROMPT_ABOVE_TOKEN_BUDGET,
+            ".engine.llm.maxNumTokens",
+        ),
     )
 
     model: Annotated[ModelSource, Field(description="The model to serve.")]
@@ -662,7 +846,21 @@ class InferenceServiceSpec(Model):
             raise ValueError(GENERATIVE_WITHOUT_TOKEN_TARGETS)
         if self.model.kind != "generative" and token_targets != (None, None):
             raise ValueError(TOKEN_TARGETS_WITHOUT_GENERATIVE)
+        if self.model.kind != "generative" and (self.engine.llm is not None or self.serving.llm is not None):
+            raise ValueError(LLM_FIELDS_WITHOUT_GENERATIVE)
+        if self.model.kind == "generative" and self.engine.backend != "tensorrt":
+            raise ValueError(GENERATIVE_NOT_TENSORRT)
+        if self.llm_engine().needs_chunked_context and not self.llm_serving().enable_chunked_context:
+            raise ValueError(PROMPT_ABOVE_TOKEN_BUDGET)
         return self
+
+    def llm_engine(self) -> LlmEngine:
+        """The TensorRT-LLM engine's limits: spec.engine.llm, or trtllm-build's defaults where it is unset."""
+        return self.engine.llm or LlmEngine()
+
+    def llm_serving(self) -> LlmServing:
+        """The tensorrt_llm model config's settings: spec.serving.llm, or the backend's defaults where it is unset."""
+        return self.serving.llm or LlmServing()
 
 
 class Condition(Model):
