@@ -10,7 +10,8 @@ It registers its own nodes (fake GPUs, no kwok annotation, so kwok leaves them a
   container's terminated message; the pod ends Succeeded or Failed with the builder's exit code;
 - a Triton pod as a real `tritonserver` bound to the pod's IP (127.0.1.N, loopback: nothing leaves this
   machine), on a repository built from the pod's ConfigMap with the model swapped for the EMULATED
-  accelerator (`devkit.emulation`); the pod is Ready when its readiness probe
+  accelerator (`devkit.emulation`), or, for a pod with `emulated-llm.dev.tailtune.io/*` annotations (a generative
+  service), for the EMULATED inflight-batching LLM (`devkit.llm.pod`); the pod is Ready when its readiness probe
   (`/v2/models/<m>/ready`) answers 200, so warmup gates readiness for real. Ports 8000 (HTTP) and 8001
   (gRPC) are the emulation shim (`devkit.shim`) in front of Triton's 18000/18001; 8002 (metrics)
   is Triton's own. A test arms reload faults for a pod under `<workdir>/faults/` (`devkit.faults`).
@@ -33,7 +34,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -47,6 +48,8 @@ from devkit.emulation import (
     emulation_parameters,
 )
 from devkit.kubeclient import ApiError, KubeClient
+from devkit.llm.pod import LlmPodError, is_llm_pod, llm_from_annotations, warmup_requests
+from devkit.llm.repository import write_llm_repository
 from devkit.pods import (
     ContainerView,
     Manifest,
@@ -422,7 +425,10 @@ class Runtime:
         lp.termination_log.write_text("")
         argv.append(f"--termination-log={lp.termination_log}")
         annotations = pod["metadata"].get("annotations") or {}
-        if any(key.startswith(ANNOTATION_PREFIX) for key in annotations):
+        if is_llm_pod(annotations):
+            # The stand-in checkpoint of an emulated LLM is not what serves: timing it on this CPU means nothing.
+            argv.append("--no-timing")
+        elif any(key.startswith(ANNOTATION_PREFIX) for key in annotations):
             # The build runs on this machine's CPU, not on the emulated accelerator the pods will serve with:
             # its own timing would describe the wrong device, so it reports the emulated device's ladder.
             argv.append("--no-timing")
@@ -451,16 +457,25 @@ class Runtime:
         artifacts = sorted(Path(engine_dir).glob("model.*")) if engine_dir else []
         if not artifacts:
             raise PodError(f"no engine for {model!r} in the engine store ({engine_dir}): was the build Job run?")
-        curve = curve_from_annotations(pod["metadata"].get("annotations") or {})
+        annotations = pod["metadata"].get("annotations") or {}
+        curve = curve_from_annotations(annotations)
         params = emulation_parameters(
             curve, device_lock=str(lp.dir / "emulated-gpu.lock"), site_packages=venv_site_packages()
         )
         repo = Path(mounts.host_path(flag_value(args, "--model-repository") or "/models") or lp.dir / "models")
         version = repo / model / "1"
         version.mkdir(parents=True, exist_ok=True)
-        (repo / model / "config.pbtxt").write_text(emulate_pbtxt(config_text, params))
-        model_py = resources.files("devkit.triton").joinpath("models", "emulated_gpu", "model.py")
-        (version / "model.py").write_text(model_py.read_text())
+        if is_llm_pod(annotations):  # a generative service: the EMULATED LLM serves in TensorRT-LLM's place
+            try:
+                llm = replace(llm_from_annotations(annotations), warmup_requests=warmup_requests(config_text))
+            except LlmPodError as exc:
+                raise PodError(str(exc)) from None
+            write_llm_repository(repo, model, llm)
+            params = {**params, **llm.parameters()}
+        else:
+            (repo / model / "config.pbtxt").write_text(emulate_pbtxt(config_text, params))
+            model_py = resources.files("devkit.triton").joinpath("models", "emulated_gpu", "model.py")
+            (version / "model.py").write_text(model_py.read_text())
         link = version / artifacts[0].name
         link.unlink(missing_ok=True)
         link.symlink_to(artifacts[0])  # the engine the pod would run; the emulated device does not read it

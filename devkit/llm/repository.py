@@ -27,6 +27,8 @@ class EmulatedLlm:
     kv_cache_tokens: int | None = None
     iteration_overhead_ms: float = 0.0
     max_queue_size: int = 0
+    # Requests the model runs through its engine before it turns READY (the pod's warmup, `devkit.llm.pod`).
+    warmup_requests: int = 0
 
     def parameters(self) -> dict[str, str]:
         """The config's string parameters the model reads."""
@@ -44,6 +46,7 @@ class EmulatedLlm:
             "kv_cache_free_gpu_mem_fraction": repr(self.kv_cache_free_gpu_mem_fraction),
             "iteration_overhead_ms": repr(self.iteration_overhead_ms),
             "max_queue_size": str(self.max_queue_size),
+            "warmup_requests": str(self.warmup_requests),
         }
         if self.kv_cache_tokens is not None:
             out["kv_cache_tokens"] = str(self.kv_cache_tokens)

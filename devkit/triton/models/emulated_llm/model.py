@@ -11,7 +11,10 @@ request and KV-cache gauges (`devkit.llm.metrics`).
 
 Parameters (strings): `roofline` (l4 | h100), `time_scale` (wall seconds per emulated second), TensorRT-LLM's
 `max_batch_size`, `max_num_tokens`, `batch_scheduler_policy`, `enable_chunked_context`,
-`kv_cache_free_gpu_mem_fraction`, `max_queue_size`, and `kv_cache_tokens`, `iteration_overhead_ms`.
+`kv_cache_free_gpu_mem_fraction`, `max_queue_size`, and `kv_cache_tokens`, `iteration_overhead_ms`;
+`warmup_requests` (default 0): requests of `WARMUP_PROMPT_TOKENS` + `WARMUP_OUTPUT_TOKENS` run through the engine,
+on its clock, before `initialize` returns (the model turns READY after them; Triton 2.51 does not send a decoupled
+model its `model_warmup`). They are neither sent nor observed in the metrics.
 
 This file runs inside Triton's Python backend stub, not in tailtune: it is excluded from mypy.
 """
@@ -45,7 +48,11 @@ import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
 from devkit.llm import metrics as names  # noqa: E402
-from devkit.llm.engine import ROOFLINES, Engine, EngineConfig, Refused, Sequence  # noqa: E402
+from devkit.llm.engine import ROOFLINES, Engine, EngineConfig, Refused, Sequence, run_to_completion  # noqa: E402
+
+# A warmup request: a short prompt and a few tokens, as TensorRT-LLM's own warmup runs (one context and a decode).
+WARMUP_PROMPT_TOKENS = 16
+WARMUP_OUTPUT_TOKENS = 4
 
 
 class _Stream:
@@ -85,6 +92,11 @@ class TritonPythonModel:
         except ValueError as e:
             raise pb_utils.TritonModelException(f"emulated_llm: {e}") from e
         self.time_scale = float(p.get("time_scale", "1"))
+        warmup = int(p.get("warmup_requests", "0"))
+        if warmup > 0:  # on a throwaway engine: the serving one starts empty
+            seqs = [Sequence(i, WARMUP_PROMPT_TOKENS, WARMUP_OUTPUT_TOKENS) for i in range(warmup)]
+            seconds, _ = run_to_completion(Engine(config), seqs)
+            time.sleep(seconds * self.time_scale)
         self.engine = Engine(config)
         self.cv = threading.Condition()
         self.stopping = False
