@@ -26,11 +26,8 @@ gains least), results.json and predictive.png.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from bench.tuner.report import family_parser, figure, md_table, run_family, save, write_report  # noqa: E402
 from tailtune.offline.whatif import Setup, summarize  # noqa: E402
 from tailtune.sim.curves import PiecewiseCurve  # noqa: E402
 from tailtune.tuner.forecast import HELD_FOR_FORECAST, MIN_REPEATS, SCALED_OUT_AHEAD  # noqa: E402
@@ -53,6 +51,7 @@ DAYS = 5  # compressed days per trace (longer periods: three to learn, two where
 FAMILIES = ("bursts", "diurnal", "random")
 SHAPES = ("square", "ramp", "double")
 FORECAST_CODES = (SCALED_OUT_AHEAD, HELD_FOR_FORECAST)
+POLICIES = ("tailtune", "predictive", "static-max")
 
 
 @dataclass(frozen=True)
@@ -187,7 +186,7 @@ def measure(sc: Scenario) -> dict[str, Any]:
         "oracle_goodput_rps": oracle["goodput_rps"],
         "oracle_goodput_after_rps": float(good_oracle[late].mean()) if late.any() else None,
     }
-    for policy in ("tailtune", "predictive", "static-max"):
+    for policy in POLICIES:
         s = summarize(setup, policy)
         tl = s["timeline"]
         good = np.array([r["goodput_rps"] for r in tl])
@@ -214,21 +213,28 @@ def _gain(r: dict[str, Any]) -> float:
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
-    head = (
-        "| scenario | goodput/oracle reactive | predictive | after 3 periods: reactive | predictive | "
-        "windows in SLO reactive | predictive | replica-s reactive | predictive | static-max | forecast decisions |"
-    )
-    lines = [head, "|" + "|".join("---" for _ in range(11)) + "|"]
+    head = ["scenario", "goodput/oracle reactive", "predictive", "after 3 periods: reactive", "predictive"]
+    head += ["windows in SLO reactive", "predictive", "replica-s reactive", "predictive", "static-max"]
+    head += ["forecast decisions"]
+    body = []
     for r in sorted(rows, key=_gain):
         a, b, m = r["tailtune"], r["predictive"], r["static-max"]
-        lines.append(
-            f"| {r['name']} | {a['goodput_vs_oracle']:.3f} | {b['goodput_vs_oracle']:.3f} | "
-            f"{a['goodput_after_vs_oracle']:.3f} | {b['goodput_after_vs_oracle']:.3f} | "
-            f"{a['windows_in_slo']}/{a['windows']} | {b['windows_in_slo']}/{b['windows']} | "
-            f"{a['replica_seconds']:.0f} | {b['replica_seconds']:.0f} | {m['replica_seconds']:.0f} | "
-            f"{b['forecast_decisions']} |"
+        body.append(
+            [
+                r["name"],
+                f"{a['goodput_vs_oracle']:.3f}",
+                f"{b['goodput_vs_oracle']:.3f}",
+                f"{a['goodput_after_vs_oracle']:.3f}",
+                f"{b['goodput_after_vs_oracle']:.3f}",
+                f"{a['windows_in_slo']}/{a['windows']}",
+                f"{b['windows_in_slo']}/{b['windows']}",
+                f"{a['replica_seconds']:.0f}",
+                f"{b['replica_seconds']:.0f}",
+                f"{m['replica_seconds']:.0f}",
+                f"{b['forecast_decisions']}",
+            ]
         )
-    return lines
+    return md_table(head, body)
 
 
 def summary(rows: list[dict[str, Any]]) -> list[str]:
@@ -256,14 +262,9 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def plot(rows: list[dict[str, Any]], path: Path, family: dict[str, Scenario]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from tailtune.offline.whatif import plot as plot_run
 
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    fig, axes = figure(1, 2, (13, 5))
     colors = {"bursts": "C0", "diurnal": "C1", "random": "C2"}
     for fam, color in colors.items():
         sel = [r for r in rows if r["family"] == fam]
@@ -289,10 +290,7 @@ def plot(rows: list[dict[str, Any]], path: Path, family: dict[str, Scenario]) ->
     for ax in axes:
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save(fig, path)
     # The worst scenario of each family (the least gain), run by run.
     for fam in FAMILIES:
         sel = [r for r in rows if r["family"] == fam]
@@ -307,18 +305,11 @@ def plot(rows: list[dict[str, Any]], path: Path, family: dict[str, Scenario]) ->
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--count", type=int, default=18, help="scenarios (default 18: 6 per family)")
-    ap.add_argument("--seed", type=int, default=SEED, help=f"family seed (default {SEED})")
-    ap.add_argument("--jobs", type=int, default=1, help="processes (default 1)")
+    ap = family_parser(__doc__, 18, SEED, ": 6 per family")
     args = ap.parse_args()
     started = time.time()
     family = scenarios(args.count, args.seed)
-    if args.jobs > 1:
-        with ProcessPoolExecutor(args.jobs) as pool:
-            rows = list(pool.map(measure, family))
-    else:
-        rows = [measure(sc) for sc in family]
+    rows = run_family(measure, family, args.jobs)
     lines = [
         f"# Seasonal forecast on repeating load ({len(rows)} scenarios, seed {args.seed}, "
         f"{time.time() - started:.0f} s)",
@@ -330,16 +321,9 @@ def main() -> int:
         "",
         *summary(rows),
     ]
-    print("\n".join(lines))
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "report.md").write_text("\n".join(lines) + "\n")
-    slim = [{k: v for k, v in r.items()} for r in rows]
-    for r in slim:
-        for policy in ("tailtune", "predictive", "static-max"):
-            r[policy] = {k: v for k, v in r[policy].items() if k != "summary"}
-    (OUT / "results.json").write_text(json.dumps(slim, indent=1, default=str))
+    slim = [{**r, **{p: {k: v for k, v in r[p].items() if k != "summary"} for p in POLICIES}} for r in rows]
+    write_report(OUT, lines, slim, "predictive.png, worst-*.png")
     plot(rows, OUT / "predictive.png", {sc.name: sc for sc in family})
-    print(f"wrote {OUT / 'report.md'}, results.json, predictive.png, worst-*.png")
     return 0
 
 

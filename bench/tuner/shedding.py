@@ -20,13 +20,10 @@ recovery, goodput and rejected share).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import math
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,13 +33,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tailtune.offline.whatif import Run, Setup, run_policy, summarize  # noqa: E402
+from bench.tuner import report  # noqa: E402
+from tailtune.offline.whatif import Setup, run_policy, summarize  # noqa: E402
 from tailtune.sim.curves import PiecewiseCurve  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "shedding"
 SEED = 38
 INTERVAL_S = 30.0  # the tuner's interval (spec.tuning.intervalSeconds' default)
-SLOT_S = 5.0  # the grid the answered P99 is read on: finer than the tuner's windows, to time a recovery
 RECOVERY_GOAL_S = 60.0  # issue 38: the answered P99 back within the SLO at most this long after a surge
 BASE_S, SURGE_S, AFTER_S = 120.0, 240.0, 120.0
 
@@ -103,32 +100,6 @@ def scenarios(count: int, seed: int) -> list[Scenario]:
     return out
 
 
-def answered_p99(run: Run, setup: Setup) -> np.ndarray:
-    """Per SLOT_S of arrivals: the percentile (ms) of the latencies of the requests answered (nan: none answered)."""
-    n = math.ceil(setup.end_s / SLOT_S)
-    ok = np.isfinite(run.latency)
-    slot = np.minimum((run.arrivals[ok] // SLOT_S).astype(np.int64), n - 1)
-    lat = run.latency[ok]
-    bounds = np.searchsorted(slot, np.arange(n + 1), side="left")  # arrivals are in order
-    out = np.full(n, np.nan)
-    for s in range(n):
-        if bounds[s + 1] > bounds[s]:
-            out[s] = float(np.percentile(lat[bounds[s] : bounds[s + 1]], setup.percentile, method="higher")) * 1000
-    return out
-
-
-def recovery_s(p99: np.ndarray, slo_ms: float, surge_at: float) -> float:
-    """Seconds from the surge's start until the answered P99 stays within the SLO (a slot with nothing answered
-    counts as missed); inf when the last slot still misses it."""
-    first = int(surge_at // SLOT_S)
-    missed = [s for s in range(first, len(p99)) if not (p99[s] <= slo_ms)]
-    if not missed:
-        return 0.0
-    if missed[-1] == len(p99) - 1:
-        return math.inf
-    return (missed[-1] + 1) * SLOT_S - surge_at
-
-
 def measure(sc: Scenario) -> dict[str, Any]:
     """Both runs of one scenario and their figures."""
     row: dict[str, Any] = {"name": sc.name, "kind": sc.kind, "slo_ms": sc.setup.slo_ms, "curve": sc.setup.curve.name}
@@ -136,15 +107,15 @@ def measure(sc: Scenario) -> dict[str, Any]:
         setup = dataclasses.replace(sc.setup, shed=shed)
         run = run_policy(setup, "tailtune")
         s = summarize(setup, "tailtune", run)
-        p99 = answered_p99(run, setup)
-        after = p99[int(sc.surge_at // SLOT_S) :]
+        p99 = report.slot_percentile(run, setup, answered_only=True)
+        after = p99[int(sc.surge_at // report.SLOT_S) :]
         row[label] = {
             "goodput_rps": s["goodput_rps"],
             "offered_rps": s["offered_rps"],
             "rejected_share": s["rejected_share"],
             "never_answered_share": float(np.mean(~np.isfinite(run.latency))) - s["rejected_share"],
             "worst_answered_p99_ms": float(np.nanmax(after)) if np.isfinite(after).any() else None,
-            "recovery_s": recovery_s(p99, setup.slo_ms, sc.surge_at),
+            "recovery_s": report.recovery_s(p99, setup.slo_ms, sc.surge_at),
             "replica_seconds": s["replica_seconds"],
             "p99_slots": [None if not math.isfinite(x) else round(float(x), 3) for x in p99],
             "replicas": [(r["t_s"], r["replicas"]) for r in s["timeline"]],
@@ -153,29 +124,30 @@ def measure(sc: Scenario) -> dict[str, Any]:
     return row
 
 
-def _fmt_s(x: float) -> str:
-    return "never" if math.isinf(x) else f"{x:.0f}"
-
-
 def table(rows: list[dict[str, Any]]) -> list[str]:
-    head = (
-        f"| {'scenario':<28} | SLO ms | goodput off | goodput on | rejected on | worst P99/SLO off | on | "
-        "recovery s off | on |"
-    )
-    lines = [head, "|" + "|".join("---" for _ in range(9)) + "|"]
+    head = [f"{'scenario':<28}", "SLO ms", "goodput off", "goodput on", "rejected on", "worst P99/SLO off", "on"]
+    head += ["recovery s off", "on"]
+    body = []
     for r in rows:
         off, on = r["off"], r["on"]
 
         def ratio(x: float | None, slo: float = r["slo_ms"]) -> str:
             return "-" if x is None else f"{x / slo:.2f}"
 
-        lines.append(
-            f"| {r['name']:<28} | {r['slo_ms']:6.1f} | {off['goodput_rps']:11.1f} | {on['goodput_rps']:10.1f} | "
-            f"{100 * on['rejected_share']:10.1f} % | {ratio(off['worst_answered_p99_ms']):>17} | "
-            f"{ratio(on['worst_answered_p99_ms']):>4} | {_fmt_s(off['recovery_s']):>14} | "
-            f"{_fmt_s(on['recovery_s']):>4} |"
+        body.append(
+            [
+                f"{r['name']:<28}",
+                f"{r['slo_ms']:6.1f}",
+                f"{off['goodput_rps']:11.1f}",
+                f"{on['goodput_rps']:10.1f}",
+                f"{100 * on['rejected_share']:10.1f} %",
+                f"{ratio(off['worst_answered_p99_ms']):>17}",
+                f"{ratio(on['worst_answered_p99_ms']):>4}",
+                f"{report.fmt_s(off['recovery_s']):>14}",
+                f"{report.fmt_s(on['recovery_s']):>4}",
+            ]
         )
-    return lines
+    return report.md_table(head, body)
 
 
 def summary(rows: list[dict[str, Any]]) -> list[str]:
@@ -191,33 +163,23 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
         out.append(
             f"{kind:>9} ({len(sel)}): goodput on/off median {np.median(gain):.2f} (worst {min(gain):.2f}); "
             f"rejected median {np.median(rej):.1f} % (most {max(rej):.1f} %); recovery off median "
-            f"{_fmt_s(float(np.median(rec_off)))} s (worst {_fmt_s(max(rec_off))}), on median "
-            f"{_fmt_s(float(np.median(rec_on)))} s (worst {_fmt_s(max(rec_on))})"
+            f"{report.fmt_s(float(np.median(rec_off)))} s (worst {report.fmt_s(max(rec_off))}), on median "
+            f"{report.fmt_s(float(np.median(rec_on)))} s (worst {report.fmt_s(max(rec_on))})"
         )
     return out
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     worst = max(rows, key=lambda r: (r["on"]["recovery_s"], r["off"]["recovery_s"]))
-    fig, axes = plt.subplots(2, 2, figsize=(13, 8))
+    fig, axes = report.figure(2, 2, (13, 8))
     ax = axes[0][0]
-    for label, color in (("off", "C0"), ("on", "C1")):
-        p99 = [np.nan if x is None else x for x in worst[label]["p99_slots"]]
-        xs = [(i + 1) * SLOT_S for i in range(len(p99))]
-        ax.plot(xs, p99, color=color, label=f"shedding {label}")
-    ax.axhline(worst["slo_ms"], color="black", linestyle="--", label="SLO")
+    report.off_on_percentile(ax, worst, "shedding ")
     ax.axvspan(BASE_S, BASE_S + SURGE_S, color="grey", alpha=0.15, label="surge")
-    ax.set_yscale("log")
     ax.set_ylabel("answered P99 per 5 s (ms)")
     ax.set_title(f"slowest to recover (shedding on, then off): {worst['name']}", fontsize=9)
     ax.legend(fontsize=7)
     ax = axes[0][1]
-    for label, color in (("off", "C0"), ("on", "C1")):
+    for label, color in report.OFF_ON:
         reps = worst[label]["replicas"]
         ax.step(
             [t + INTERVAL_S for t, _ in reps],
@@ -235,12 +197,9 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     idx = np.arange(len(rows))
     ax = axes[1][0]
     cap = 2 * (BASE_S + SURGE_S + AFTER_S)
-    for k, (label, color) in enumerate((("off", "C0"), ("on", "C1"))):
-        rec = [min(cap, r[label]["recovery_s"]) for r in rows]
-        ax.bar(idx + 0.4 * k, rec, 0.4, color=color, label=f"shedding {label}")
+    report.off_on_bars(ax, rows, lambda run: min(cap, run["recovery_s"]), "shedding ")
     ax.axhline(RECOVERY_GOAL_S, color="black", linestyle="--", label=f"goal {RECOVERY_GOAL_S:.0f} s")
     ax.set_ylabel("recovery of the answered P99 (s; 'never' drawn at the top)")
-    ax.set_xticks(idx + 0.2, [r["name"][:2] for r in rows])
     ax.legend(fontsize=7)
     ax = axes[1][1]
     ax.bar(
@@ -254,25 +213,14 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(idx + 0.2, [r["name"][:2] for r in rows])
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    report.save(fig, path)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--count", type=int, default=12, help="scenarios (default 12)")
-    ap.add_argument("--seed", type=int, default=SEED, help=f"family seed (default {SEED})")
-    ap.add_argument("--jobs", type=int, default=1, help="processes (default 1)")
+    ap = report.family_parser(__doc__, 12, SEED)
     args = ap.parse_args()
     started = time.time()
-    family = scenarios(args.count, args.seed)
-    if args.jobs > 1:
-        with ProcessPoolExecutor(args.jobs) as pool:
-            rows = list(pool.map(measure, family))
-    else:
-        rows = [measure(sc) for sc in family]
+    rows = report.run_family(measure, scenarios(args.count, args.seed), args.jobs)
     goal = [r for r in rows if r["on"]["recovery_s"] > RECOVERY_GOAL_S]
     lines = [
         f"# Load shedding in overload surges ({len(rows)} scenarios, seed {args.seed}, {time.time() - started:.0f} s)",
@@ -282,14 +230,10 @@ def main() -> int:
         *summary(rows),
         "",
         f"goal (answered P99 within the SLO <= {RECOVERY_GOAL_S:.0f} s after the surge, shedding on): "
-        + ("met in every scenario" if not goal else f"MISSED in {', '.join(r['name'] for r in goal)}"),
+        + ("met in every scenario" if not goal else f"MISSED in {report.named(goal)}"),
     ]
-    print("\n".join(lines))
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "report.md").write_text("\n".join(lines) + "\n")
-    (OUT / "results.json").write_text(json.dumps(rows, indent=1, default=str))
+    report.write_report(OUT, lines, rows, "shedding.png")
     plot(rows, OUT / "shedding.png")
-    print(f"wrote {OUT / 'report.md'}, results.json, shedding.png")
     return 0
 
 

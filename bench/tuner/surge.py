@@ -21,13 +21,10 @@ and surge.png.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import math
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.tuner.shedding import SLOT_S, recovery_s  # noqa: E402
+from bench.tuner import report  # noqa: E402
 from tailtune.offline.whatif import Run, Setup, run_policy, summarize  # noqa: E402
 from tailtune.sim.curves import PiecewiseCurve  # noqa: E402
 from tailtune.tuner.surge import SURGE_SCALE_OUT  # noqa: E402
@@ -118,20 +115,6 @@ def scale_out_s(run: Run, surge_at: float) -> float:
     return next((t - surge_at for t, *_, n in run.knobs if t > surge_at and n > start), math.inf)
 
 
-def fleet_p99(run: Run, setup: Setup) -> np.ndarray:
-    """Per SLOT_S of arrivals: the fleet's percentile (ms) over every request, a request never answered counting as
-    late (inf: a queue left at the trace's end must not read as a recovery)."""
-    n = math.ceil(setup.end_s / SLOT_S)
-    slot = np.minimum((run.arrivals // SLOT_S).astype(np.int64), n - 1)
-    bounds = np.searchsorted(slot, np.arange(n + 1), side="left")  # arrivals are in order
-    out = np.full(n, np.nan)
-    for s in range(n):
-        if bounds[s + 1] > bounds[s]:
-            lat = run.latency[bounds[s] : bounds[s + 1]]
-            out[s] = float(np.percentile(lat, setup.percentile, method="higher")) * 1000
-    return out
-
-
 def measure(sc: Scenario) -> dict[str, Any]:
     """Both runs of one scenario and the oracle, and their figures."""
     row: dict[str, Any] = {
@@ -146,11 +129,11 @@ def measure(sc: Scenario) -> dict[str, Any]:
         setup = dataclasses.replace(sc.setup, fast_path=fast)
         run = run_policy(setup, "tailtune")
         s = summarize(setup, "tailtune", run)
-        p99 = fleet_p99(run, setup)
+        p99 = report.slot_percentile(run, setup, answered_only=False)
         row[label] = {
             "scale_out_s": scale_out_s(run, sc.surge_at),
             "first_pod_queue_max": run.first_pod_queue_max,
-            "recovery_s": recovery_s(p99, setup.slo_ms, sc.surge_at),
+            "recovery_s": report.recovery_s(p99, setup.slo_ms, sc.surge_at),
             "goodput_rps": s["goodput_rps"],
             "goodput_vs_oracle": s["goodput_rps"] / max(oracle, 1e-9),
             "replica_seconds": s["replica_seconds"],
@@ -160,24 +143,24 @@ def measure(sc: Scenario) -> dict[str, Any]:
     return row
 
 
-def _fmt_s(x: float) -> str:
-    return "never" if math.isinf(x) else f"{x:.0f}"
-
-
 def table(rows: list[dict[str, Any]]) -> list[str]:
-    head = (
-        f"| {'scenario':<26} | scale-out s off | on | first pod queue off | on | P99 back s off | on | "
-        "goodput/oracle off | on |"
-    )
-    lines = [head, "|" + "|".join("---" for _ in range(9)) + "|"]
-    for r in rows:
-        off, on = r["off"], r["on"]
-        lines.append(
-            f"| {r['name']:<26} | {_fmt_s(off['scale_out_s']):>15} | {_fmt_s(on['scale_out_s']):>3} | "
-            f"{off['first_pod_queue_max']:19d} | {on['first_pod_queue_max']:6d} | {_fmt_s(off['recovery_s']):>14} | "
-            f"{_fmt_s(on['recovery_s']):>5} | {off['goodput_vs_oracle']:18.3f} | {on['goodput_vs_oracle']:.3f} |"
-        )
-    return lines
+    head = [f"{'scenario':<26}", "scale-out s off", "on", "first pod queue off", "on", "P99 back s off", "on"]
+    head += ["goodput/oracle off", "on"]
+    body = [
+        [
+            f"{r['name']:<26}",
+            f"{report.fmt_s(r['off']['scale_out_s']):>15}",
+            f"{report.fmt_s(r['on']['scale_out_s']):>3}",
+            f"{r['off']['first_pod_queue_max']:19d}",
+            f"{r['on']['first_pod_queue_max']:6d}",
+            f"{report.fmt_s(r['off']['recovery_s']):>14}",
+            f"{report.fmt_s(r['on']['recovery_s']):>5}",
+            f"{r['off']['goodput_vs_oracle']:18.3f}",
+            f"{r['on']['goodput_vs_oracle']:.3f}",
+        ]
+        for r in rows
+    ]
+    return report.md_table(head, body)
 
 
 def summary(rows: list[dict[str, Any]]) -> list[str]:
@@ -189,10 +172,11 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
         rec = [r[label]["recovery_s"] for r in rows]
         g = [r[label]["goodput_vs_oracle"] for r in rows]
         out.append(
-            f"fast path {label}: scale-out asked after median {_fmt_s(float(np.median(so)))} s (worst "
-            f"{_fmt_s(max(so))}) over {len(scaled)} scenarios that can scale; first pod's queue median "
-            f"{np.median(q):.0f} (most {max(q)}); P99 back within the SLO median {_fmt_s(float(np.median(rec)))} s "
-            f"(worst {_fmt_s(max(rec))}); goodput / oracle median {np.median(g):.3f} (worst {min(g):.3f})"
+            f"fast path {label}: scale-out asked after median {report.fmt_s(float(np.median(so)))} s (worst "
+            f"{report.fmt_s(max(so))}) over {len(scaled)} scenarios that can scale; first pod's queue median "
+            f"{np.median(q):.0f} (most {max(q)}); P99 back within the SLO median "
+            f"{report.fmt_s(float(np.median(rec)))} s "
+            f"(worst {report.fmt_s(max(rec))}); goodput / oracle median {np.median(g):.3f} (worst {min(g):.3f})"
         )
     ratio = [r["on"]["first_pod_queue_max"] / max(r["off"]["first_pod_queue_max"], 1) for r in scaled]
     gain = [r["on"]["goodput_vs_oracle"] / max(r["off"]["goodput_vs_oracle"], 1e-9) for r in rows]
@@ -204,51 +188,33 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     worst = rows[0]
-    fig, axes = plt.subplots(2, 2, figsize=(13, 8))
+    fig, axes = report.figure(2, 2, (13, 8))
     ax = axes[0][0]
-    for label, color in (("off", "C0"), ("on", "C1")):
-        p99 = [np.nan if x is None else x for x in worst[label]["p99_slots"]]
-        ax.plot([(i + 1) * SLOT_S for i in range(len(p99))], p99, color=color, label=f"fast path {label}")
-    ax.axhline(worst["slo_ms"], color="black", linestyle="--", label="SLO")
+    report.off_on_percentile(ax, worst, "fast path ")
     ax.axvline(worst["surge_at"], color="grey", linestyle=":", label="surge")
-    ax.set_yscale("log")
     ax.set_ylabel("fleet P99 per 5 s of arrivals (ms)")
     ax.set_title(f"worst (slowest scale-out, fast path on): {worst['name']}", fontsize=9)
     ax.legend(fontsize=7)
     ax = axes[0][1]
-    for label, color in (("off", "C0"), ("on", "C1")):
+    for label, color in report.OFF_ON:
         knobs = worst[label]["knobs"]
         ax.step([t for t, _ in knobs] + [worst["surge_at"] + AFTER_S], [n for _, n in knobs] + [knobs[-1][1]],
                 color=color, where="post", label=f"replicas asked, {label}")  # fmt: skip
     ax.axvline(worst["surge_at"], color="grey", linestyle=":")
     ax.set_ylabel("replicas")
     ax.legend(fontsize=7)
-    idx = np.arange(len(rows))
-    names = [r["name"][:2] for r in rows]
     ax = axes[1][0]
-    for k, (label, color) in enumerate((("off", "C0"), ("on", "C1"))):
-        ax.bar(idx + 0.4 * k, [min(60.0, r[label]["scale_out_s"]) for r in rows], 0.4, color=color, label=label)
+    report.off_on_bars(ax, rows, lambda run: min(60.0, run["scale_out_s"]), "")
     ax.axhline(GOAL_S, color="black", linestyle="--", label=f"goal {GOAL_S:.0f} s")
     ax.set_ylabel("surge start -> scale-out asked (s; none drawn at 60)")
-    ax.set_xticks(idx + 0.2, names)
     ax.legend(fontsize=7)
     ax = axes[1][1]
-    for k, (label, color) in enumerate((("off", "C0"), ("on", "C1"))):
-        ax.bar(idx + 0.4 * k, [max(1, r[label]["first_pod_queue_max"]) for r in rows], 0.4, color=color, label=label)
+    report.off_on_bars(ax, rows, lambda run: max(1, run["first_pod_queue_max"]), "")
     ax.set_yscale("log")
     ax.set_ylabel("most requests queued on the first pod")
-    ax.set_xticks(idx + 0.2, names)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    report.save(fig, path)
 
 
 def tuner_family(jobs: int) -> int:
@@ -257,12 +223,7 @@ def tuner_family(jobs: int) -> int:
     from bench.tuner.run import scenarios as tuner_scenarios
 
     started = time.time()
-    family = tuner_scenarios(False)
-    if jobs > 1:
-        with ProcessPoolExecutor(jobs) as pool:
-            rows = list(pool.map(_both, family))
-    else:
-        rows = [_both(sc) for sc in family]
+    rows = report.run_family(_both, tuner_scenarios(False), jobs)
     gain = [on[0] / max(off[0], 1e-9) for _, off, on, _ in rows]
     cost = [on[1] / max(off[1], 1e-9) for _, off, on, _ in rows]
     fired = [name for name, *_, n in rows if n]
@@ -288,21 +249,13 @@ def _both(sc: Any) -> tuple[str, tuple[float, float], tuple[float, float], int]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--count", type=int, default=12, help="scenarios (default 12)")
-    ap.add_argument("--seed", type=int, default=SEED, help=f"family seed (default {SEED})")
-    ap.add_argument("--jobs", type=int, default=1, help="processes (default 1)")
+    ap = report.family_parser(__doc__, 12, SEED)
     ap.add_argument("--tuner-family", action="store_true", help="bench/tuner/run.py's 120 scenarios, off and on")
     args = ap.parse_args()
     if args.tuner_family:
         return tuner_family(args.jobs)
     started = time.time()
-    family = scenarios(args.count, args.seed)
-    if args.jobs > 1:
-        with ProcessPoolExecutor(args.jobs) as pool:
-            rows = list(pool.map(measure, family))
-    else:
-        rows = [measure(sc) for sc in family]
+    rows = report.run_family(measure, scenarios(args.count, args.seed), args.jobs)
     rows.sort(key=lambda r: (-r["on"]["scale_out_s"] if r["replicas_max"] > 1 else 0.0, -r["on"]["recovery_s"]))
     missed = [r for r in rows if r["replicas_max"] > 1 and r["on"]["scale_out_s"] > GOAL_S]
     lines = [
@@ -313,14 +266,10 @@ def main() -> int:
         *summary(rows),
         "",
         f"goal (scale-out asked <= {GOAL_S:.0f} s after the surge starts, fast path on, where the spec allows one): "
-        + ("met in every scenario" if not missed else f"MISSED in {', '.join(r['name'] for r in missed)}"),
+        + ("met in every scenario" if not missed else f"MISSED in {report.named(missed)}"),
     ]
-    print("\n".join(lines))
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "report.md").write_text("\n".join(lines) + "\n")
-    (OUT / "results.json").write_text(json.dumps(rows, indent=1, default=str))
+    report.write_report(OUT, lines, rows, "surge.png")
     plot(rows, OUT / "surge.png")
-    print(f"wrote {OUT / 'report.md'}, results.json, surge.png")
     return 1 if missed else 0
 
 
