@@ -2,8 +2,9 @@
 and a fleet simulator of replicas running it on a trace (`LlmFleet`), for `tailtune simulate --generative`.
 
 The harness's emulated Triton model (`devkit/triton/models/emulated_llm`, through `devkit.llm.engine`) runs
-the engine: `execute` only submits requests, one stepper thread calls `plan()`, sleeps the iteration's time and calls `complete()`, which says which tokens
-came out; the thread streams them (the way Triton's vLLM backend runs vLLM).
+the engine: `execute` only submits requests, one stepper thread calls `plan()`, sleeps the iteration's time and
+calls `complete()`, which says which tokens came out; the thread streams them (the way Triton's vLLM backend
+runs vLLM).
 
 One iteration, as TensorRT-LLM's inflight batcher runs it:
 - admission, in arrival order (the first that does not fit waits, and so does everyone behind it), up to
@@ -27,9 +28,11 @@ spec sheets, so the emulated GPU is as fast as the hardware allows (a real one i
 
 from __future__ import annotations
 
+import heapq
 import math
+import random
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -352,3 +355,322 @@ def run_to_completion(engine: Engine, sequences: Iterable[Sequence]) -> tuple[fl
         for tok in engine.complete(it):
             times.setdefault(tok.sequence.key, []).append(now)
     return now, times
+
+
+# The fleet: replicas of the engine behind a router, on a trace of requests.
+
+# A new replica serves this long after it is asked for: pod start, the engine's load and warmup. The batching
+# simulator's default (`tailtune.sim.cluster.SimCluster.startup_s`); an LLM's 16 GB of weights load in seconds from
+# a node's cache, so the pod start dominates as it does there.
+REPLICA_START_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class LlmRequest:
+    """One request of a trace: when it arrives, its prompt and how many tokens it asks for."""
+
+    arrival: float
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass
+class RequestRecord:
+    """What happened to one request: its first token and its last, or why it was refused."""
+
+    request: LlmRequest
+    first_token_at: float | None = None
+    finished_at: float | None = None
+    refused: str = ""
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Time to the first token (queue wait included)."""
+        return None if self.first_token_at is None else self.first_token_at - self.request.arrival
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Time per output token after the first, as AIPerf and MLPerf count it: (last - first) / (tokens - 1);
+        0 for a one-token answer."""
+        if self.finished_at is None or self.first_token_at is None:
+            return None
+        n = self.request.output_tokens
+        return (self.finished_at - self.first_token_at) / (n - 1) if n > 1 else 0.0
+
+    def within(self, ttft_target_s: float, tpot_target_s: float) -> bool:
+        """Finished within both targets (goodput counts it)."""
+        ttft, tpot = self.ttft_s, self.tpot_s
+        return ttft is not None and tpot is not None and ttft <= ttft_target_s and tpot <= tpot_target_s
+
+
+@dataclass
+class _Replica:
+    rid: int
+    engine: Engine
+    created_at: float
+    ready_at: float
+    retire_at: float | None = None  # routes nothing new from then on, and leaves once empty
+    gone_at: float | None = None
+    current: Iteration | None = None
+    scheduled: bool = False
+
+    def serving(self, t: float) -> bool:
+        return self.ready_at <= t and (self.retire_at is None or t < self.retire_at)
+
+    def load(self) -> int:
+        return len(self.engine.running) + len(self.engine.waiting)
+
+    def empty(self) -> bool:
+        return not self.engine.running and not self.engine.waiting and self.current is None
+
+
+@dataclass(frozen=True)
+class FleetWindow:
+    """One window of the fleet, as the engine's metrics give it: token latencies of what came out in the window
+    and the gauges (for `tuner.generative.GenObservation`)."""
+
+    start: float
+    end: float
+    ttft_s: tuple[float, ...]  # first tokens in the window
+    tpot_s: tuple[float, ...]  # requests finished in the window
+    arrivals: int
+    prompt_tokens: int
+    output_tokens: int
+    running_mean: float
+    waiting: int
+    kv_use: float
+    replicas_ready: int
+    refused: int
+
+
+class LlmFleet:
+    """Replicas of `Engine` behind a least-loaded router (fewest running and waiting sequences, as a KV-aware
+    router would pick), on one clock: `run_until(t)` plays the requests given to `offer` up to `t`."""
+
+    def __init__(self, config: EngineConfig, replicas: int, start_seconds: float = REPLICA_START_SECONDS) -> None:
+        self.config = config
+        self.start_seconds = start_seconds
+        self.now = 0.0
+        self.replicas: list[_Replica] = []
+        self.records: list[RequestRecord] = []
+        self._heap: list[tuple[float, int, int]] = []
+        self._seq = 0
+        self._by_rid: dict[int, _Replica] = {}
+        self._next_rid = 0
+        self._pending: deque[LlmRequest] = deque()
+        self._reset_window()
+        for _ in range(replicas):
+            self._add(config, ready_at=0.0)
+
+    # Replicas and config.
+
+    def _add(self, config: EngineConfig, ready_at: float) -> None:
+        r = _Replica(self._next_rid, Engine(config), created_at=self.now, ready_at=ready_at)
+        self._next_rid += 1
+        self.replicas.append(r)
+        self._by_rid[r.rid] = r
+
+    def live(self) -> list[_Replica]:
+        """Replicas not retired: serving or starting."""
+        return [r for r in self.replicas if r.retire_at is None]
+
+    def set_replicas(self, n: int) -> None:
+        """Scale to `n`: new replicas serve after the start time; the ones let go (latest first) drain."""
+        live = self.live()
+        for _ in range(n - len(live)):
+            self._add(self.config, ready_at=self.now + self.start_seconds)
+        for r in sorted(live, key=lambda r: r.created_at, reverse=True)[: max(0, len(live) - n)]:
+            r.retire_at = self.now
+        self._retire_empty()
+
+    def set_config(self, config: EngineConfig) -> None:
+        """A config that is read at model load (the levers): rolled out as new replicas that serve after the start
+        time, while the old ones serve until then and drain (the rollout's surge is billed)."""
+        if config == self.config:
+            return
+        self.config = config
+        live = self.live()
+        for _ in live:
+            self._add(config, ready_at=self.now + self.start_seconds)
+        for r in live:
+            r.retire_at = max(self.now, r.ready_at) + self.start_seconds
+
+    def replica_seconds(self, until: float) -> float:
+        """What the replicas cost up to `until`, each from its request until it left."""
+        return sum(
+            max(0.0, min(until, r.gone_at if r.gone_at is not None else until) - r.created_at) for r in self.replicas
+        )
+
+    def ready(self) -> int:
+        """Replicas serving now."""
+        return sum(r.serving(self.now) for r in self.replicas)
+
+    # Requests.
+
+    def offer(self, requests: Iterable[LlmRequest]) -> None:
+        """Requests to play, in arrival order, not before the fleet's clock."""
+        self._pending.extend(requests)
+
+    def _route(self, req: LlmRequest) -> None:
+        t = req.arrival
+        rec = RequestRecord(req)
+        self.records.append(rec)
+        self._w_arrivals += 1
+        self._w_prompt += req.prompt_tokens
+        cands = [r for r in self.replicas if r.serving(t)]
+        if not cands:  # nothing serving yet: the one ready first holds it
+            starting = [r for r in self.replicas if r.retire_at is None]
+            if not starting:
+                rec.refused = "no replica"
+                self._w_refused += 1
+                return
+            cands = [min(starting, key=lambda r: r.ready_at)]
+        r = min(cands, key=lambda r: (r.load(), r.rid))
+        try:
+            r.engine.submit(Sequence(rec, req.prompt_tokens, req.output_tokens))
+        except Refused as e:
+            rec.refused = str(e)
+            self._w_refused += 1
+            return
+        self._kick(r, max(t, r.ready_at))
+
+    def _kick(self, r: _Replica, t: float) -> None:
+        if not r.scheduled:
+            r.scheduled = True
+            self._seq += 1
+            heapq.heappush(self._heap, (t, self._seq, r.rid))
+
+    def _step(self, r: _Replica, t: float) -> None:
+        r.scheduled = False
+        if r.current is not None:
+            for tok in r.engine.complete(r.current):
+                rec = tok.sequence.key
+                assert isinstance(rec, RequestRecord)
+                self._w_output += 1
+                if tok.index == 0:
+                    rec.first_token_at = t
+                    self._w_ttft.append(t - rec.request.arrival)
+                if tok.last:
+                    rec.finished_at = t
+                    tpot = rec.tpot_s
+                    if tpot is not None:
+                        self._w_tpot.append(tpot)
+            r.current = None
+        it = r.engine.plan()
+        if it is None:
+            if r.retire_at is not None and r.retire_at <= t:
+                r.gone_at = t
+            return
+        r.current = it
+        self._w_running_area += len(r.engine.running) * it.seconds
+        self._kick(r, t + it.seconds)
+
+    def _retire_empty(self) -> None:
+        for r in self.replicas:
+            if r.gone_at is None and r.retire_at is not None and r.retire_at <= self.now and r.empty():
+                r.gone_at = max(r.retire_at, r.created_at)
+
+    def run_until(self, t_end: float) -> None:
+        """Play arrivals and iterations up to `t_end`."""
+        while True:
+            t_arr = self._pending[0].arrival if self._pending else math.inf
+            t_it = self._heap[0][0] if self._heap else math.inf
+            if min(t_arr, t_it) > t_end:
+                break
+            if t_arr <= t_it:
+                self.now = max(self.now, t_arr)
+                self._route(self._pending.popleft())
+            else:
+                t, _, rid = heapq.heappop(self._heap)
+                self.now = max(self.now, t)
+                self._step(self._by_rid[rid], t)
+        self.now = max(self.now, t_end)
+        self._retire_empty()
+
+    # Windows.
+
+    def _reset_window(self) -> None:
+        self._w_start = self.now
+        self._w_ttft: list[float] = []
+        self._w_tpot: list[float] = []
+        self._w_arrivals = 0
+        self._w_prompt = 0
+        self._w_output = 0
+        self._w_running_area = 0.0
+        self._w_refused = 0
+
+    def window(self) -> FleetWindow:
+        """What the metrics say of the time since the last call, and start the next window."""
+        span = max(self.now - self._w_start, 1e-9)
+        serving = [r for r in self.replicas if r.serving(self.now)]
+        kv = [r.engine.used_blocks() / r.engine.config.total_blocks for r in serving]
+        w = FleetWindow(
+            start=self._w_start,
+            end=self.now,
+            ttft_s=tuple(self._w_ttft),
+            tpot_s=tuple(self._w_tpot),
+            arrivals=self._w_arrivals,
+            prompt_tokens=self._w_prompt,
+            output_tokens=self._w_output,
+            running_mean=self._w_running_area / span,
+            waiting=sum(len(r.engine.waiting) for r in self.replicas if r.gone_at is None),
+            kv_use=sum(kv) / len(kv) if kv else 0.0,
+            replicas_ready=len(serving),
+            refused=self._w_refused,
+        )
+        self._reset_window()
+        return w
+
+
+def percentile(values: Iterable[float], p: float) -> float | None:
+    """The p-th percentile (nearest rank), None of nothing."""
+    xs = sorted(values)
+    if not xs:
+        return None
+    k = max(0, min(len(xs) - 1, math.ceil(p / 100 * len(xs)) - 1))
+    return xs[k]
+
+
+# Traces: (arrival, prompt tokens, output tokens).
+
+
+@dataclass(frozen=True)
+class TokenLengths:
+    """Prompt and output lengths: lognormal around a median with a spread (sigma of the log), clipped to
+    [1, cap]; chat-like traces (ShareGPT, the MLPerf Llama-2 set) are right-skewed this way."""
+
+    prompt_median: float = 512.0
+    prompt_sigma: float = 0.8
+    output_median: float = 192.0
+    output_sigma: float = 0.7
+    prompt_cap: int = 4096
+    output_cap: int = 1024
+
+    def draw(self, rng: random.Random, prompt_factor: float = 1.0) -> tuple[int, int]:
+        p = rng.lognormvariate(math.log(self.prompt_median * prompt_factor), self.prompt_sigma)
+        o = rng.lognormvariate(math.log(self.output_median), self.output_sigma)
+        return (max(1, min(self.prompt_cap, round(p))), max(1, min(self.output_cap, round(o))))
+
+
+def poisson_requests(
+    rate: Callable[[float], float],
+    duration_s: float,
+    lengths: TokenLengths,
+    seed: int,
+    prompt_factor: Callable[[float], float] = lambda _t: 1.0,
+) -> list[LlmRequest]:
+    """A non-homogeneous Poisson trace (thinning against the highest rate, sampled per second), lengths drawn
+    per request; `prompt_factor(t)` scales the prompt median at t (a long-prompt surge)."""
+    rng = random.Random(seed)
+    top = max(rate(float(s)) for s in range(int(duration_s) + 1))
+    out: list[LlmRequest] = []
+    if top <= 0:
+        return out
+    t = 0.0
+    while True:
+        t += rng.expovariate(top)
+        if t >= duration_s:
+            return out
+        if rng.random() * top <= rate(t):
+            p, o = lengths.draw(rng, prompt_factor(t))
+            out.append(LlmRequest(t, p, o))

@@ -11,12 +11,17 @@ operator, trace seconds in the simulator).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
-SchedulerPolicy = Literal["guaranteed_no_evict", "max_utilization"]
-
-HOLD = "Hold"
+from tailtune.api.v1alpha1 import InferenceServiceSpec
+from tailtune.sim.llm import (
+    FLOPS_PER_PARAM_PER_TOKEN,
+    ROOFLINES,
+    TRTLLM_TOKENS_PER_BLOCK,
+    EngineConfig,
+    SchedulerPolicy,
+)
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,13 @@ class GenInForce:
     changed_at: float | None = None  # last change of replicas or levers
     reloads: tuple[float, ...] = ()  # times of lever changes (reloads), newest last
 
+    def after(self, decision: GenDecision, now: float) -> GenInForce:
+        """What is in force once `decision` is applied at `now` (a lever change counts as a reload)."""
+        if not decision.changed:
+            return self
+        reloads = self.reloads + ((now,) if decision.levers != self.levers else ())
+        return GenInForce(decision.replicas, decision.levers, now, reloads[-RELOADS_PER_HOUR * 2 :])
+
 
 @dataclass(frozen=True)
 class GenState:
@@ -73,12 +85,85 @@ class GenState:
     last_window_end: float | None = None
 
 
+class GenPolicyError(ValueError):
+    """A spec the generative tuner cannot follow; the message names the field and the fix."""
+
+
+# Roofline figures per GPU product label (GPU feature discovery's nvidia.com/gpu.product), the engine model's prior.
+PRODUCT_ROOFLINES = {"NVIDIA-L4": "l4", "NVIDIA-H100-80GB-HBM3": "h100", "NVIDIA-H100-SXM5-80GB": "h100"}
+
+
+@dataclass(frozen=True)
+class GenEngineModel:
+    """One replica's engine, as the tuner models it (the prior; measured percentiles calibrate it): a decode step
+    of `decode_base_s + decode_s_per_context_token * (sum of the running sequences' contexts)` (memory bound: the
+    weights and every context's KV read once), a prefill of `prefill_s_per_token` per prompt token (compute bound),
+    and the KV cache and limits trtllm-build and the model config fix."""
+
+    decode_base_s: float
+    decode_s_per_context_token: float
+    prefill_s_per_token: float
+    kv_tokens_at_full_fraction: int  # tokens of KV in all the memory the weights leave (fraction 1)
+    max_batch_size: int
+    max_num_tokens: int
+    tokens_per_block: int = TRTLLM_TOKENS_PER_BLOCK
+
+    @classmethod
+    def from_engine(cls, cfg: EngineConfig) -> GenEngineModel:
+        """The roofline of `cfg` (the same figures the simulator and the emulated engine run)."""
+        r = cfg.roofline
+        full = cfg.kv_cache_tokens / cfg.kv_cache_free_gpu_mem_fraction if cfg.kv_cache_tokens else None
+        return cls(
+            decode_base_s=cfg.iteration_overhead_s + r.weights_bytes / r.memory_bandwidth_bytes_per_s,
+            decode_s_per_context_token=r.kv_bytes_per_token / r.memory_bandwidth_bytes_per_s,
+            prefill_s_per_token=FLOPS_PER_PARAM_PER_TOKEN * r.params / r.fp16_dense_flops_per_s,
+            kv_tokens_at_full_fraction=int(full) if full is not None else r.kv_cache_tokens(1.0),
+            max_batch_size=cfg.max_batch_size,
+            max_num_tokens=cfg.max_num_tokens,
+            tokens_per_block=cfg.tokens_per_block,
+        )
+
+    @classmethod
+    def for_product(cls, product: str, max_batch_size: int, max_num_tokens: int) -> GenEngineModel:
+        """The roofline of Llama-3-8B FP16 on the GPU product `product` (spec.serving.gpu.product)."""
+        key = PRODUCT_ROOFLINES.get(product)
+        if key is None:
+            raise GenPolicyError(
+                f"spec.serving.gpu.product {product!r}: the generative tuner has a roofline for "
+                f"{', '.join(sorted(PRODUCT_ROOFLINES))} only; serve on one of them"
+            )
+        return cls.from_engine(
+            EngineConfig(roofline=ROOFLINES[key], max_batch_size=max_batch_size, max_num_tokens=max_num_tokens)
+        )
+
+
+# Defaults of the bounds the levers move in, from TensorRT-LLM's backend docs (docs/model_config.md): the KV share
+# defaults to 0.9 of the free memory; below a half the cache holds fewer sequences than the decode step is worth
+# (the step's weight read dominates; design value), above 0.95 the runtime's activations run out of room.
+KV_FRACTION_MIN = 0.5
+KV_FRACTION_MAX = 0.95
+# A reload rolls every pod through the canary (spec.tuning.cooldownSeconds apart at least): at most this many lever
+# changes an hour (design value: the reload's surge of replicas is paid each time).
+RELOADS_PER_HOUR = 4
+RELOAD_BUDGET_SECONDS = 3600.0
+# Windows within the comfort line before a scale-in (one window can be a lull; the batching tuner waits 3).
+GOOD_WINDOWS_TO_SCALE_IN = 3
+# Most of the replicas a scale-in gives back at once (as the batching tuner's guards: a step soon after it meets
+# half the capacity, not a fraction of it).
+SCALE_IN_MOST_SHARE = 0.5
+# The HorizontalPodAutoscaler's default scale-down stabilization window, when the spec sets none.
+HPA_SCALE_IN_STABILIZATION_SECONDS = 300.0
+# The fewest finished requests in a window for its percentiles to be read (below, a P99 is a maximum of a few).
+MIN_REQUESTS = 20
+
+
 @dataclass(frozen=True)
 class GenPolicy:
-    """Targets and bounds, from the spec."""
+    """Targets and bounds, from the spec; `engine` is the engine model's prior."""
 
     ttft_target_ms: float
     tpot_target_ms: float
+    engine: GenEngineModel
     ttft_percentile: float = 99.0
     tpot_percentile: float = 99.0
     headroom: float = 0.8
@@ -86,7 +171,62 @@ class GenPolicy:
     cooldown_seconds: float = 60.0
     replicas_min: int = 1
     replicas_max: int = 1
-    scale_in_stabilization_seconds: float = 300.0
+    scale_in_stabilization_seconds: float = HPA_SCALE_IN_STABILIZATION_SECONDS
+    kv_fraction_min: float = KV_FRACTION_MIN
+    kv_fraction_max: float = KV_FRACTION_MAX
+    reloads_per_hour: int = RELOADS_PER_HOUR
+    min_requests: int = MIN_REQUESTS
+    tune_levers: bool = True
+
+    @classmethod
+    def from_spec(cls, spec: InferenceServiceSpec, engine: GenEngineModel | None = None) -> GenPolicy:
+        """The policy of a generative spec; `engine` defaults to the roofline of spec.serving.gpu.product."""
+        ttft, tpot = spec.slo.ttft, spec.slo.tpot
+        if ttft is None or tpot is None:
+            raise GenPolicyError(
+                "spec.slo.ttft and spec.slo.tpot: a generative service needs both, e.g. "
+                "ttft: {targetMs: 500, percentile: 99} and tpot: {targetMs: 30, percentile: 99}"
+            )
+        llm = spec.llm_engine()
+        if engine is None:
+            engine = GenEngineModel.for_product(spec.serving.gpu.product, llm.max_batch_size, llm.max_num_tokens)
+        reps = spec.serving.replicas
+        stab = reps.scale_in_stabilization_seconds
+        return cls(
+            ttft_target_ms=ttft.target_ms,
+            tpot_target_ms=tpot.target_ms,
+            engine=engine,
+            ttft_percentile=ttft.percentile,
+            tpot_percentile=tpot.percentile,
+            headroom=spec.tuning.headroom,
+            interval_seconds=spec.tuning.interval_seconds,
+            cooldown_seconds=spec.tuning.cooldown_seconds,
+            replicas_min=max(1, reps.min),
+            replicas_max=max(1, reps.max),
+            scale_in_stabilization_seconds=float(stab) if stab is not None else HPA_SCALE_IN_STABILIZATION_SECONDS,
+            tune_levers=spec.tuning.enabled,
+        )
+
+    @property
+    def ttft_aim_s(self) -> float:
+        """TTFT the law aims at (the target times the headroom)."""
+        return self.headroom * self.ttft_target_ms / 1000
+
+    @property
+    def tpot_aim_s(self) -> float:
+        """TPOT the law aims at."""
+        return self.headroom * self.tpot_target_ms / 1000
+
+
+def levers_from_spec(spec: InferenceServiceSpec) -> GenLevers:
+    """The levers spec.serving.llm sets (the backend's defaults where unset)."""
+    s = spec.llm_serving()
+    return GenLevers(
+        kv_cache_free_gpu_mem_fraction=s.kv_cache_free_gpu_mem_fraction,
+        max_queue_size=s.max_queue_size,
+        enable_chunked_context=s.enable_chunked_context,
+        batch_scheduler_policy=s.batch_scheduler_policy,
+    )
 
 
 @dataclass(frozen=True)
@@ -107,14 +247,344 @@ class GenDecision:
         return f"{self.reason_code}: {self.message}{bound}"
 
 
+# Reason codes (the condition's reason and the Event's).
+HOLD = "Hold"
+NO_SIGNAL = "NoTokenSignal"
+SCALED_OUT = "ScaledOut"
+SCALED_IN = "ScaledIn"
+LEVERS_CHANGED = "LeversChanged"
+INFEASIBLE = "TokenSloInfeasible"
+COOLDOWN = "Cooldown"
+
+
+# The model: one replica at a load.
+
+
+@dataclass(frozen=True)
+class Load:
+    """The demand the model sizes for: requests/s and the mean prompt and output lengths."""
+
+    rate: float
+    prompt_mean: float
+    output_mean: float
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the model expects of one replica: running sequences, the slots the KV cache admits, TTFT and TPOT at
+    their percentiles (seconds, uncalibrated: `base` is the TTFT without the wait for a slot)."""
+
+    running: float
+    slots: int
+    wait_s: float
+    base_ttft_s: float
+    tpot_s: float
+
+    @property
+    def saturated(self) -> bool:
+        """The load needs at least every slot: the queue grows without bound."""
+        return math.isinf(self.tpot_s) or self.running >= self.slots
+
+
+def slots(model: GenEngineModel, levers: GenLevers, load: Load) -> int:
+    """Sequences the KV cache admits at once: guaranteed_no_evict reserves a whole sequence (prompt and every output
+    token), max_utilization what it holds now (the prompt and half the output on average); a sequence's last block
+    is half full on average; at most max_batch_size."""
+    per_seq = load.prompt_mean + (
+        load.output_mean if levers.batch_scheduler_policy == "guaranteed_no_evict" else load.output_mean / 2
+    )
+    kv = model.kv_tokens_at_full_fraction * levers.kv_cache_free_gpu_mem_fraction
+    return max(1, min(model.max_batch_size, math.floor(kv / (per_seq + model.tokens_per_block / 2))))
+
+
+def erlang_c(servers: int, offered: float) -> float:
+    """Probability that an arrival waits in an M/M/c queue with `servers` and `offered` load (Erlang C)."""
+    if offered <= 0:
+        return 0.0
+    if offered >= servers:
+        return 1.0
+    b = 1.0
+    for k in range(1, servers + 1):
+        b = offered * b / (k + offered * b)
+    rho = offered / servers
+    return b / (1 - rho * (1 - b))
+
+
+def predict(model: GenEngineModel, levers: GenLevers, load: Load, percentile: float) -> Prediction:
+    """One replica at `load`: the running sequences N solve Little's law N = rate x output x step(N) with the decode
+    step `base + per_token x N x (prompt + output / 2)` (each sequence's mean context), stretched by the share of
+    time prefills take (rate x prompt x prefill per token); the wait for one of the slots is an M/M/c wait at the
+    percentile (the slots are the servers, a sequence's life the service); the first token comes after the prefill
+    and one step."""
+    ctx = load.prompt_mean + load.output_mean / 2
+    c = slots(model, levers, load)
+    prefill_share = load.rate * load.prompt_mean * model.prefill_s_per_token
+    inf = math.inf
+    if prefill_share >= 1:
+        return Prediction(inf, c, inf, inf, inf)
+    a = model.decode_base_s / (1 - prefill_share)
+    b = model.decode_s_per_context_token * ctx / (1 - prefill_share)
+    per_step = load.rate * load.output_mean  # sequences that enter per unit of (step) time per output token
+    if per_step * b >= 1:
+        return Prediction(inf, c, inf, inf, inf)
+    running = per_step * a / (1 - per_step * b)
+    step = a + b * running
+    base = load.prompt_mean * model.prefill_s_per_token + step
+    if running >= c:
+        return Prediction(running, c, inf, base, step)
+    life = load.output_mean * step
+    waits = erlang_c(c, running)
+    tail = 1 - percentile / 100
+    wait = life / (c - running) * math.log(waits / tail) if waits > tail else 0.0
+    return Prediction(running, c, wait, base, step)
+
+
+def load_of(obs: GenObservation, policy: GenPolicy) -> Load | None:
+    """The window's demand: the arrival rate and mean lengths, and a backlog of waiting sequences to drain within
+    one interval on top; None without traffic."""
+    if obs.request_rate <= 0:
+        return None
+    backlog = obs.waiting / policy.interval_seconds
+    return Load(
+        rate=obs.request_rate + backlog,
+        prompt_mean=max(1.0, obs.prompt_tokens_per_s / obs.request_rate),
+        output_mean=max(1.0, obs.output_tokens_per_s / obs.request_rate),
+    )
+
+
+def per_replica(load: Load, replicas: int) -> Load:
+    """A replica's share behind the router."""
+    return replace(load, rate=load.rate / max(1, replicas))
+
+
+def predicted_ms(
+    policy: GenPolicy, levers: GenLevers, load: Load, replicas: int, state: GenState
+) -> tuple[float, float, Prediction]:
+    """(TTFT, TPOT) in ms at `replicas`, calibrated by the state's scales, and the model's prediction."""
+    p = predict(policy.engine, levers, per_replica(load, replicas), policy.ttft_percentile)
+    ttft = p.wait_s + state.ttft_scale * p.base_ttft_s
+    return 1000 * ttft, 1000 * state.tpot_scale * p.tpot_s, p
+
+
+def holds_aim(policy: GenPolicy, levers: GenLevers, load: Load, replicas: int, state: GenState) -> bool:
+    """Both targets within the aim at `replicas`, by the calibrated model."""
+    ttft, tpot, p = predicted_ms(policy, levers, load, replicas, state)
+    return not p.saturated and ttft <= 1000 * policy.ttft_aim_s and tpot <= 1000 * policy.tpot_aim_s
+
+
+def needed_replicas(policy: GenPolicy, levers: GenLevers, load: Load, state: GenState) -> int | None:
+    """The fewest replicas within the bounds whose calibrated TTFT and TPOT hold the aim; None where none does."""
+    for n in range(policy.replicas_min, policy.replicas_max + 1):
+        if holds_aim(policy, levers, load, n, state):
+            return n
+    return None
+
+
+# Calibration: measured percentiles against the model at the replicas ready.
+
+# Weight of the newest window in the calibration's moving average (design value: half, so a changed engine is
+# followed within a few windows and one noisy window moves it by half its error).
+CALIBRATION_WEIGHT = 0.5
+
+
+def calibrate(state: GenState, obs: GenObservation, policy: GenPolicy, levers: GenLevers) -> GenState:
+    """Move the scales toward measured / modelled at the replicas ready: TPOT against the decode step, TTFT's part
+    beside the modelled wait against the prefill and a step. Only from windows with enough requests, no backlog
+    (a backlog's wait is not the model's steady state) and a model that is not saturated; never below 1 (the
+    roofline is the fastest the hardware allows)."""
+    load = load_of(obs, policy)
+    if load is None or obs.requests < policy.min_requests or obs.waiting > 0 or obs.replicas_ready < 1:
+        return state
+    p = predict(policy.engine, levers, per_replica(load, obs.replicas_ready), policy.ttft_percentile)
+    if p.saturated:
+        return state
+    ttft_scale, tpot_scale = state.ttft_scale, state.tpot_scale
+    w = CALIBRATION_WEIGHT
+    if obs.tpot_ms is not None and p.tpot_s > 0:
+        tpot_scale = max(1.0, (1 - w) * tpot_scale + w * (obs.tpot_ms / 1000) / p.tpot_s)
+    if obs.ttft_ms is not None and p.base_ttft_s > 0:
+        beside_wait = max(0.0, obs.ttft_ms / 1000 - p.wait_s)
+        ttft_scale = max(1.0, (1 - w) * ttft_scale + w * beside_wait / p.base_ttft_s)
+    return replace(state, ttft_scale=ttft_scale, tpot_scale=tpot_scale)
+
+
+# Guards: each pure, named (the name lands in GenDecision.bound_by).
+
+
+def cooling(in_force: GenInForce, policy: GenPolicy, now: float) -> bool:
+    """Within spec.tuning.cooldownSeconds of the last change: its effect is not measured yet."""
+    return in_force.changed_at is not None and now - in_force.changed_at < policy.cooldown_seconds
+
+
+def reloads_left(in_force: GenInForce, policy: GenPolicy, now: float) -> int:
+    """Lever changes (reloads) still allowed in the budget's hour."""
+    recent = [t for t in in_force.reloads if now - t < RELOAD_BUDGET_SECONDS]
+    return max(0, policy.reloads_per_hour - len(recent))
+
+
+def stabilized_floor(state: GenState, policy: GenPolicy, now: float) -> int:
+    """The most replicas any window of the scale-in stabilization needed (the HPA's scale-down stabilization)."""
+    recent = [n for t, n in state.needed if now - t <= policy.scale_in_stabilization_seconds]
+    return max(recent, default=policy.replicas_min)
+
+
+def scale_in_target(
+    current: int, want: int, state: GenState, obs: GenObservation, policy: GenPolicy, now: float
+) -> tuple[int, str]:
+    """How far a scale-in may go, and the guard that limited it ("" where none): none under waiting sequences or
+    before GOOD_WINDOWS_TO_SCALE_IN comfortable windows or within the cooldown; no lower than the stabilization's
+    highest need; at most SCALE_IN_MOST_SHARE of the replicas at once."""
+    if obs.waiting > 0:
+        return current, "no-scale-in-under-backlog"
+    if state.good_windows < GOOD_WINDOWS_TO_SCALE_IN:
+        return current, "scale-in-confirming"
+    floor = stabilized_floor(state, policy, now)
+    target, bound = want, ""
+    if floor > target:
+        target, bound = floor, "scale-in-stabilization"
+    half = current - math.floor(current * SCALE_IN_MOST_SHARE)
+    if half > target:
+        target, bound = half, "scale-in-by-half"
+    return min(current, target), bound
+
+
+def lever_change(
+    policy: GenPolicy, levers: GenLevers, load: Load, replicas: int, state: GenState
+) -> tuple[GenLevers, str] | None:
+    """At the replica bound, where replicas alone do not hold the aim: one lever change (one reload) the model says
+    helps the binding target, and why; None where none does. TTFT binding: max_utilization (more sequences admitted
+    at once) where TPOT keeps its aim there, else chunked prefill (a prompt starts in an iteration's leftover
+    token budget), else a larger KV share, else a bounded queue (a request that would wait past the target is
+    refused at once rather than delaying those behind it). TPOT binding: back to guaranteed_no_evict, else a
+    smaller KV share that caps the running sequences where the step holds the aim."""
+    ttft, tpot, p = predicted_ms(policy, levers, load, replicas, state)
+    ttft_binds = p.saturated or ttft > 1000 * policy.ttft_aim_s
+    tpot_binds = tpot > 1000 * policy.tpot_aim_s
+    one = per_replica(load, replicas)
+    if tpot_binds:
+        if levers.batch_scheduler_policy == "max_utilization":
+            return replace(levers, batch_scheduler_policy="guaranteed_no_evict"), "TPOT binds: guaranteed_no_evict"
+        # The running sequences whose step holds the TPOT aim, and the KV share that admits no more.
+        ctx = one.prompt_mean + one.output_mean / 2
+        e = policy.engine
+        cap = (policy.tpot_aim_s / state.tpot_scale - e.decode_base_s) / (e.decode_s_per_context_token * ctx)
+        per_seq = one.prompt_mean + one.output_mean + e.tokens_per_block / 2
+        frac = max(policy.kv_fraction_min, cap * per_seq / e.kv_tokens_at_full_fraction)
+        if frac < levers.kv_cache_free_gpu_mem_fraction - 0.01:
+            return replace(levers, kv_cache_free_gpu_mem_fraction=round(frac, 2)), (
+                f"TPOT binds: KV share {frac:.2f} caps the running sequences near {max(cap, 1):.0f}"
+            )
+        return None
+    if not ttft_binds:
+        if levers.max_queue_size:
+            return replace(levers, max_queue_size=0), "the targets hold: the queue is unbounded again"
+        return None
+    if levers.batch_scheduler_policy == "guaranteed_no_evict":
+        packed = replace(levers, batch_scheduler_policy="max_utilization")
+        _, tpot_packed, pp = predicted_ms(policy, packed, load, replicas, state)
+        if tpot_packed <= 1000 * policy.tpot_aim_s and pp.slots > p.slots:
+            return packed, "TTFT binds and TPOT has room: max_utilization admits more sequences"
+    if not levers.enable_chunked_context:
+        return replace(levers, enable_chunked_context=True), "TTFT binds: chunked prefill"
+    if levers.kv_cache_free_gpu_mem_fraction < policy.kv_fraction_max - 0.01:
+        return replace(levers, kv_cache_free_gpu_mem_fraction=policy.kv_fraction_max), "TTFT binds: the most KV"
+    if p.saturated and not levers.max_queue_size and not math.isinf(p.tpot_s):
+        # The requests a replica's slots start within the TTFT target: a later place in the queue misses it.
+        life = one.output_mean * p.tpot_s
+        size = max(1, math.floor(p.slots * (policy.ttft_target_ms / 1000) / max(life, 1e-9)))
+        return replace(levers, max_queue_size=size), f"overloaded: a queue of {size} a replica refuses the rest"
+    return None
+
+
+def _fmt(ms: float | None) -> str:
+    return "n/a" if ms is None else f"{ms:.0f} ms"
+
+
 def decide_generative(
     state: GenState, in_force: GenInForce, obs: GenObservation, policy: GenPolicy, now: float
 ) -> GenDecision:
-    """Decide the replicas and levers for the next interval (a stub that holds: the law comes next)."""
-    return GenDecision(
-        replicas=in_force.replicas,
-        levers=in_force.levers,
-        reason_code=HOLD,
-        message="the generative law is not in yet: holding",
-        state=replace(state, last_window_end=obs.window_end),
+    """Decide the replicas and levers for the next interval.
+
+    Replicas first: the fewest whose calibrated TTFT and TPOT hold the aim at the window's demand (a backlog to
+    drain within an interval on top); out at once (a scale-out is not held by the cooldown: it asks only for what
+    the model says the demand needs beyond what is in force), in only after the guards of `scale_in_target`. A
+    window over a target whose demand the model says the replicas carry adds one replica (the model misses a
+    cause). The levers move only at the replica bound (`lever_change`), outside the cooldown and within the
+    reload budget."""
+    levers = in_force.levers
+    cur = in_force.replicas
+
+    def out(replicas: int, new_levers: GenLevers, code: str, msg: str, st: GenState, bound: str = "") -> GenDecision:
+        changed = replicas != cur or new_levers != levers
+        return GenDecision(replicas, new_levers, code, msg, st, bound, changed)
+
+    if state.last_window_end is not None and obs.window_end <= state.last_window_end:
+        return out(cur, levers, HOLD, "no new window since the last decision", state, "stale-window")
+    st = replace(calibrate(state, obs, policy, levers), last_window_end=obs.window_end)
+    seen = f"TTFT {_fmt(obs.ttft_ms)} / {policy.ttft_target_ms:.0f}"
+    seen += f", TPOT {_fmt(obs.tpot_ms)} / {policy.tpot_target_ms:.0f}"
+    enough = obs.requests >= policy.min_requests
+    over = enough and (
+        (obs.ttft_ms is not None and obs.ttft_ms > policy.ttft_target_ms)
+        or (obs.tpot_ms is not None and obs.tpot_ms > policy.tpot_target_ms)
     )
+    comfort_ttft, comfort_tpot = policy.headroom * policy.ttft_aim_s * 1000, policy.headroom * policy.tpot_aim_s * 1000
+    comfortable = obs.waiting == 0 and (
+        not enough
+        or (
+            (obs.ttft_ms is None or obs.ttft_ms <= comfort_ttft)
+            and (obs.tpot_ms is None or obs.tpot_ms <= comfort_tpot)
+        )
+    )
+    st = replace(
+        st,
+        bad_windows=st.bad_windows + 1 if over else 0,
+        good_windows=st.good_windows + 1 if comfortable else 0,
+    )
+    load = load_of(obs, policy)
+    if load is None:
+        need: int | None = policy.replicas_min
+        why = f"{seen}: no requests"
+    else:
+        need = needed_replicas(policy, levers, load, st)
+        why = f"{seen}: {load.rate:.2f} req/s of {load.prompt_mean:.0f}+{load.output_mean:.0f} tokens"
+    keep = tuple((t, n) for t, n in st.needed if now - t <= policy.scale_in_stabilization_seconds)
+    st = replace(st, needed=(*keep, (now, need if need is not None else policy.replicas_max)))
+    bound = ""
+    want = need if need is not None else policy.replicas_max
+    if over and want <= cur and obs.replicas_ready >= cur and cur < policy.replicas_max:
+        want, bound = cur + 1, "measured-over-model"
+    want = max(policy.replicas_min, min(policy.replicas_max, want))
+    if want > cur:
+        code = INFEASIBLE if need is None else SCALED_OUT
+        return out(
+            want,
+            levers,
+            code,
+            f"{why}: {want} replicas hold the aim" if need else f"{why}: short at the most",
+            st,
+            bound,
+        )
+    if want < cur:
+        if cooling(in_force, policy, now):
+            return out(cur, levers, COOLDOWN, f"{why}: {want} would do; cooling down", st, "cooldown")
+        target, limit = scale_in_target(cur, want, st, obs, policy, now)
+        if target < cur:
+            return out(target, levers, SCALED_IN, f"{why}: {want} replicas hold the aim", st, limit)
+        return out(cur, levers, HOLD, f"{why}: {want} would do", st, limit)
+    # At the count the model wants: the levers, where replicas alone fall short at the bound.
+    if policy.tune_levers and load is not None and (need is None or over) and cur >= policy.replicas_max:
+        if cooling(in_force, policy, now):
+            return out(cur, levers, COOLDOWN, f"{why}: short at the most replicas; cooling down", st, "cooldown")
+        change = lever_change(policy, levers, load, cur, st)
+        if change is not None:
+            if reloads_left(in_force, policy, now) < 1:
+                return out(
+                    cur, levers, INFEASIBLE, f"{why}: {change[1]}, but the reload budget is spent", st, "reload-budget"
+                )
+            return out(cur, change[0], LEVERS_CHANGED, f"{why}: {change[1]}", st, bound)
+    if need is None:
+        return out(
+            cur, levers, INFEASIBLE, f"{why}: short of the aim at the most replicas ({policy.replicas_max})", st, bound
+        )
+    return out(cur, levers, HOLD, f"{why}: {cur} replicas hold the aim", st, bound)
