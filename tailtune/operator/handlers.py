@@ -51,6 +51,7 @@ BUILD_CHECK_SECONDS = 10.0
 # Deployment's status stays the same): look this often, so ServingReady names Triton's words within a minute.
 SERVING_CHECK_SECONDS = 10.0
 SERVING_CHILD_RESOURCES = ("configmaps", "services")  # watched for drift when the credentials allow it
+SERVING_CHILD_KINDS = {"configmaps": "ConfigMap", "services": "Service"}
 # How long kopf waits for a daemon or timer told to stop (the object deleted) to end on its own before it cancels it
 # or polls it again: the upper end of what kopf's docs advise (0.001-0.1 s). Ours end within it: the tuner leaves its
 # tick at once, a timer's reconcile of a deleted object returns before any API call.
@@ -133,6 +134,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     for resource in SERVING_CHILD_RESOURCES:
         if await asyncio.to_thread(cluster.may_watch, resource, "", namespaces):
             kopf.on.event("", "v1", resource, labels=CHILD_LABELS)(child_changed)
+            cluster.children.watched_kinds.add(SERVING_CHILD_KINDS[resource])
         else:
             log.warning("no list/watch on %s: their hand edits are repaired by the resync only", resource)
 
@@ -145,6 +147,7 @@ async def run_reconcile(
     body: dict[str, Any] | None = None,
     force: bool = False,
     force_if: Callable[[], bool] | None = None,
+    force_why: str = "a child was changed by someone else",
 ) -> None:
     """Reconcile one InferenceService under its lock (from `body`, else the watch's newest, else a read) and record
     metrics.
@@ -165,7 +168,8 @@ async def run_reconcile(
         if raw is None or _deleting(raw):
             return
         if force_if is not None and force_if():
-            log.info("%s/%s: a child was changed by someone else: re-applying", namespace, name)
+            if force_why:  # "": the caller's routine (the resync), not worth a line per object
+                log.info("%s/%s: %s: re-applying", namespace, name, force_why)
             force = True
         with metrics.RECONCILE_DURATION.time():
             try:
@@ -220,9 +224,16 @@ async def on_change(namespace: str | None, name: str, body: kopf.Body, memo: Any
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS, sharp=False, when=in_shard)
 async def resync(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
-    """Drift: kopf reacts to changes, not to state, so reconcile every resource now and then."""
+    """Drift: kopf reacts to changes, not to state, so reconcile every resource now and then, and re-apply the serving
+    children unless the watch shows each of them as our last apply left it (`watched.ChildVersions`: a child of a
+    kind not watched, or not applied by this process yet, is re-applied). At rest it writes nothing."""
+    ns = namespace or "default"
+    cluster = _state(memo).cluster
     try:
-        await run_reconcile(memo, namespace or "default", name, force=True)
+        await run_reconcile(
+            memo, ns, name, force_if=lambda: not cluster.children_as_applied(ns, name),
+            force_why="",
+        )  # fmt: skip
     except ApiException as exc:
         log.warning("resync %s/%s: %s %s", namespace, name, exc.status, exc.reason)
 
@@ -275,6 +286,7 @@ async def child_changed(body: kopf.Body, type: str | None, memo: Any, logger: ko
         cluster.saw_deployment(
             namespace, str(meta.get("name", "")), None if type == "DELETED" else meta.get("resourceVersion")
         )
+    cluster.saw_child(kind, {**meta, "namespace": namespace}, deleted=type == "DELETED")
     owners = [
         ref["name"]
         for ref in body.metadata.get("ownerReferences", [])

@@ -25,7 +25,7 @@ from tailtune.operator.builders.engine_job import ENGINE_BUILD
 from tailtune.operator.builders.triton import COMPONENT
 from tailtune.operator.observed import ChildRejected, DeploymentObservation, JobObservation, Observed
 from tailtune.operator.pods import summarise_triton_pods, termination_message, unschedulable
-from tailtune.operator.watched import PodIps, WriteEchoes
+from tailtune.operator.watched import ChildVersions, PodIps, WriteEchoes
 
 __all__ = ["ApiException", "ChildRejected", "KubeCluster", "load_config"]
 
@@ -81,9 +81,10 @@ class KubeCluster:
 
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
-        # What our last apply of each child left (Deployment: generation; others: resourceVersion): a child
-        # event that shows anything else is someone else's edit (drift), repaired at once.
-        self.applied_versions: dict[tuple[str, str, str], str] = {}
+        # What our last apply of each child left (Deployment: generation; others: resourceVersion), and what the
+        # watch last showed: a child event that shows anything else is someone else's edit (drift), repaired at
+        # once; a resync re-applies only an owner whose children the watch has not shown as applied (`watched`).
+        self.children = ChildVersions()
         # Each InferenceService as our last write left it, until kopf's watch shows that version (`watched`).
         self.echoes = WriteEchoes()
         # The resourceVersion of each Triton Deployment as kopf's watch last showed it, and the ready pods' IPs
@@ -296,13 +297,26 @@ class KubeCluster:
                 raise _rejection(manifest, exc) from exc
             raise
         meta = (live or {}).get("metadata", {})
-        key = _child_key(manifest["kind"], meta.get("namespace", ""), meta.get("name", ""))
-        self.applied_versions[key] = _version(manifest["kind"], meta)
+        kind, namespace = manifest["kind"], meta.get("namespace", "")
+        key = _child_key(kind, namespace, meta.get("name", ""))
+        # A Job is applied once, when it does not exist (its template is immutable): not a serving child to resync.
+        owners = [] if kind == "Job" else manifest["metadata"].get("ownerReferences") or []
+        owner = next(((namespace, str(o["name"])) for o in owners if o.get("kind") == KIND), None)
+        self.children.applied_now(owner, key, _version(kind, meta))
 
     def drifted(self, kind: str, meta: dict[str, Any]) -> bool:
         """Whether a child's event shows a state our last apply did not leave (unknown children: no)."""
-        ours = self.applied_versions.get(_child_key(kind, meta.get("namespace", ""), meta.get("name", "")))
+        ours = self.children.applied.get(_child_key(kind, meta.get("namespace", ""), meta.get("name", "")))
         return ours is not None and ours != _version(kind, meta)
+
+    def saw_child(self, kind: str, meta: dict[str, Any], deleted: bool) -> None:
+        """kopf's watch showed a child (`meta`: its metadata), or its deletion."""
+        key = _child_key(kind, meta.get("namespace", ""), meta.get("name", ""))
+        self.children.saw(key, None if deleted else _version(kind, meta))
+
+    def children_as_applied(self, namespace: str, name: str) -> bool:
+        """Whether the watch shows every serving child of the InferenceService as our last apply left it."""
+        return self.children.as_applied((namespace, name))
 
     async def write_status(self, meta: ObjectMeta, status: InferenceServiceStatus) -> None:
         """Replace status through the status subresource (one write per reconcile)."""

@@ -11,6 +11,11 @@ batches one object's events, so the watch may skip our version and show a later 
 The Triton pods a tick reads batch statistics from are listed once per version of their Deployment (`PodIps`): the
 Deployment's status moves whenever a pod starts, becomes ready, stops being ready or goes, and kopf already watches
 the Deployments, so at rest a tick lists no pods.
+
+The drift resync re-applies an object's serving children only when the watch has not shown each of them as our last
+apply left it (`ChildVersions`): a child of a kind this process watches, whose last event carries the version our
+apply answered, has not been changed since, or its event would say so (a re-list after a broken watch delivers every
+object again). At rest the resync then writes nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 ECHO_TIMEOUT_SECONDS = 5.0
 
 Key = tuple[str, str]  # (namespace, name)
+ChildKey = tuple[str, str, str]  # (kind, namespace, name)
 
 
 def resource_version(body: Mapping[str, Any]) -> str:
@@ -92,3 +98,43 @@ class PodIps:
     def forget(self, key: Key) -> None:
         """Listed anew next time (a pod did not answer, or the object is gone)."""
         self.listed.pop(key, None)
+
+
+@dataclass
+class ChildVersions:
+    """Each serving child's version (a Deployment's generation, another kind's resourceVersion) as our last apply left
+    it and as the watch last showed it, grouped by the InferenceService that owns them."""
+
+    # Kinds whose events this process receives: a Deployment always (kopf watches it); a ConfigMap or a Service
+    # where the credentials allow list/watch on them (`handlers.configure`).
+    watched_kinds: set[str] = field(default_factory=lambda: {"Deployment"})
+    applied: dict[ChildKey, str] = field(default_factory=dict)
+    seen: dict[ChildKey, str] = field(default_factory=dict)
+    owned: dict[Key, set[ChildKey]] = field(default_factory=dict)
+
+    def applied_now(self, owner: Key | None, child: ChildKey, version: str) -> None:
+        """Our apply of `child` (owned by `owner`, None when it has no InferenceService owner) answered `version`."""
+        self.applied[child] = version
+        if owner is not None:
+            self.owned.setdefault(owner, set()).add(child)
+
+    def saw(self, child: ChildKey, version: str | None) -> None:
+        """The watch showed `child` at `version` (None: deleted)."""
+        if version is None:
+            self.seen.pop(child, None)
+        else:
+            self.seen[child] = version
+
+    def as_applied(self, owner: Key) -> bool:
+        """Whether every child of `owner` applied by this process is of a watched kind and was last shown by the watch
+        at the version our apply left (False when none is known: after a restart the first resync applies)."""
+        children = self.owned.get(owner, set())
+        return bool(children) and all(
+            c[0] in self.watched_kinds and c in self.seen and self.seen[c] == self.applied.get(c) for c in children
+        )
+
+    def forget(self, owner: Key) -> None:
+        """The owner is gone, or no longer this process's: its children's records go with it."""
+        for child in self.owned.pop(owner, None) or ():
+            self.applied.pop(child, None)
+            self.seen.pop(child, None)

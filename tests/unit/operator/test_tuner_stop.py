@@ -12,7 +12,7 @@ import kopf
 import pytest
 
 from tailtune.operator import handlers
-from tailtune.operator.watched import PodIps, WriteEchoes
+from tailtune.operator.watched import ChildVersions, PodIps, WriteEchoes
 
 
 class _SetAfter:
@@ -40,7 +40,7 @@ def test_a_tick_in_flight_is_left_at_once_and_the_daemon_ends_without_being_canc
         return 30.0
 
     monkeypatch.setattr(handlers, "tuner_tick", long_tick)
-    cluster = SimpleNamespace(echoes=WriteEchoes(), pod_ips=PodIps())
+    cluster = SimpleNamespace(echoes=WriteEchoes(), pod_ips=PodIps(), children=ChildVersions())
     state = handlers.State(cast(Any, cluster))
     memo = {"tailtune": state}
     body = cast(kopf.Body, {"metadata": {"name": "svc", "namespace": "ml"}})
