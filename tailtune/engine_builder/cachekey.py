@@ -104,19 +104,29 @@ class KeyInputs:
     calibration: str = ""
     model_revision: str = ""
     dim_ranges: Mapping[tuple[str, int], tuple[int, int, int]] = field(default_factory=dict)
+    # A TensorRT-LLM engine (backend tensorrt-llm): TensorRT-LLM's version and every trtllm-build option
+    # (`trtllm.TrtllmBuildSpec.options`); empty for the other backends, whose keys stay as they were.
+    tensorrt_llm_version: str = ""
+    llm: Mapping[str, FlagValue] = field(default_factory=dict)
 
 
 def key_arguments(inputs: KeyInputs) -> dict[str, Any]:
     """The arguments of `compute_cache_key` for `inputs`. Pure.
 
     An onnxruntime entry is the ONNX file itself: it depends on neither a GPU nor TensorRT nor the TensorRT
-    builder's settings. The timing cache only speeds a build up, so it is no input at all.
+    builder's settings. A TensorRT-LLM engine depends on the GPU, TensorRT, TensorRT-LLM and trtllm-build's
+    options (`llm`), not on the TensorRT builder's workspace or level. The timing cache only speeds a build up,
+    so it is no input at all.
     """
-    on_gpu = inputs.backend == "tensorrt"
+    on_gpu = inputs.backend in ("tensorrt", "tensorrt-llm")
     flags: dict[str, FlagValue] = {"backend": inputs.backend, "model_name": inputs.model_name}
     if inputs.model_revision:
         flags["model_revision"] = inputs.model_revision
-    if on_gpu:
+    if inputs.tensorrt_llm_version:
+        flags["tensorrt_llm_version"] = inputs.tensorrt_llm_version
+    for name, value in sorted(inputs.llm.items()):
+        flags[f"llm:{name}"] = value
+    if inputs.backend == "tensorrt":
         flags |= {"workspace_mib": inputs.workspace_mib, "opt_level": inputs.opt_level}
         if inputs.calibration:
             flags["calibration_cache"] = inputs.calibration

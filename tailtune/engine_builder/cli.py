@@ -1,4 +1,4 @@
-"""`python -m tailtune.engine_builder {build,key} ...`: the entrypoint of the engine build Job.
+"""`python -m tailtune.engine_builder {build,build-llm,key} ...`: the entrypoint of the engine build Job.
 
 Every failure exits with its class's code (`errors.EXIT_CODES`) and writes `<Reason>: <message>`
 to the termination log, which Kubernetes shows on the pod; success writes a JSON report (`build_report`).
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from tailtune.engine_builder import build, fetch, gpu, trt
+from tailtune.engine_builder import build, fetch, gpu, trt, trtllm
 from tailtune.engine_builder.errors import EXIT_OK, REASON_OK, BuildError, Failure
 
 DEFAULT_TERMINATION_LOG = Path("/dev/termination-log")
@@ -48,12 +48,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     termination_log = _termination_log_flag(argv)
     try:
         args = _parser().parse_args(argv)
-        request = _request(args)
-        if args.command == "key":
-            key = _key(args, request)
-            print(key)
-            return EXIT_OK
-        outcome = _build(args, request)
+        if args.command == "build-llm":
+            outcome = _build_llm(args)
+        else:
+            request = _request(args)
+            if args.command == "key":
+                print(_key(args, request))
+                return EXIT_OK
+            outcome = _build(args, request)
     except _UsageError as exc:
         return _fail(BuildError(Failure.INVALID_ARGUMENTS, str(exc)), termination_log)
     except BuildError as exc:
@@ -61,6 +63,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug; still tell Kubernetes what happened
         log.exception("unexpected error")
         return _fail(BuildError(Failure.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"), termination_log)
+    return _succeed(outcome, termination_log)
+
+
+def _succeed(outcome: build.BuildOutcome, termination_log: Path | None) -> int:
+    """Log the outcome, print it as JSON and write the build report where Kubernetes reads it."""
     if outcome.store_hit:
         summary = f"{outcome.cache_key} found in the store at {outcome.entry}; build skipped"
     else:
@@ -192,6 +199,7 @@ def _parser() -> _Parser:
         action="store_false",
         help="do not time the engine at batch sizes 1, 2, 4, ... --max-batch after building (serviceTime)",
     )
+    trtllm.add_command(commands)
     key_cmd.add_argument("--tensorrt-version", help="default: the installed TensorRT")
     key_cmd.add_argument("--compute-capability", help="default: the visible GPU's, from nvidia-smi")
     return parser
@@ -254,6 +262,15 @@ def _build(args: argparse.Namespace, request: build.BuildRequest) -> build.Build
     )
     with _scratch(args.scratch) as scratch:
         return build.run_build(request, machine, Path(scratch), time.monotonic)
+
+
+def _build_llm(args: argparse.Namespace) -> build.BuildOutcome:
+    request = trtllm.request_from_args(args)
+    trtllm.validate_spec(request.spec)
+    pvc_root = Path(os.environ.get(PVC_ROOT_ENV) or fetch.DEFAULT_PVC_ROOT)
+    machine = trtllm.machine_here(pvc_root, _builder_version(), args.fetch_timeout)
+    with _scratch(args.scratch) as scratch:
+        return trtllm.run_llm_build(request, machine, Path(scratch), clock=time.monotonic)
 
 
 def _key(args: argparse.Namespace, request: build.BuildRequest) -> str:

@@ -27,6 +27,7 @@ class Failure(enum.Enum):
     GPU_MISMATCH = (17, "GpuMismatch", "no GPU visible, or not the product the engine is for")
     BUILD_FAILED = (18, "BuildFailed", "TensorRT missing, or it produced no engine for another reason")
     STORE_FAILED = (19, "StoreFailed", "the engine store could not be read or written")
+    CHECKPOINT_MISMATCH = (20, "CheckpointMismatch", "the TensorRT-LLM checkpoint's dtype or ranks are not the spec's")
 
     @property
     def exit_code(self) -> int:

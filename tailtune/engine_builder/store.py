@@ -4,6 +4,7 @@
 <store>/<key>/metadata.json
 <store>/<key>/<model_name>/1/model.plan     (tensorrt)
 <store>/<key>/<model_name>/1/model.onnx     (onnxruntime)
+<store>/<key>/<model_name>/1/engine/        (tensorrt-llm: rank0.engine, config.json)
 <store>/timing-caches/tensorrt-<version>-<gpu product>.cache
 ```
 An entry is published by renaming a finished folder into place, so `metadata.json` exists
@@ -24,7 +25,8 @@ from tailtune.engine_builder.errors import BuildError, Failure
 
 METADATA_FILE = "metadata.json"
 MODEL_VERSION = "1"
-ARTIFACTS = {"tensorrt": "model.plan", "onnxruntime": "model.onnx"}
+# The artifact of each backend; a TensorRT-LLM engine is the folder trtllm-build writes (rank0.engine, config.json).
+ARTIFACTS = {"tensorrt": "model.plan", "onnxruntime": "model.onnx", "tensorrt-llm": "engine"}
 
 
 def artifact_path(entry: Path, model_name: str, backend: str) -> Path:
