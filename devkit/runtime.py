@@ -421,14 +421,14 @@ class Runtime:
         argv = [mounts.translate(a) for a in _argv(container)]
         if argv[0] in ("python", "python3"):
             argv[0] = sys.executable  # the image's interpreter is this venv's
+        if is_llm_pod(pod["metadata"].get("annotations") or {}):
+            # No TensorRT-LLM here: the EMULATED build publishes a stand-in engine (devkit.llm.build).
+            argv = [sys.executable, "-m", "devkit.llm.build", *argv[argv.index("tailtune.engine_builder") + 1 :]]
         lp.termination_log = lp.dir / "termination-log"
         lp.termination_log.write_text("")
         argv.append(f"--termination-log={lp.termination_log}")
         annotations = pod["metadata"].get("annotations") or {}
-        if is_llm_pod(annotations):
-            # The stand-in checkpoint of an emulated LLM is not what serves: timing it on this CPU means nothing.
-            argv.append("--no-timing")
-        elif any(key.startswith(ANNOTATION_PREFIX) for key in annotations):
+        if not is_llm_pod(annotations) and any(key.startswith(ANNOTATION_PREFIX) for key in annotations):
             # The build runs on this machine's CPU, not on the emulated accelerator the pods will serve with:
             # its own timing would describe the wrong device, so it reports the emulated device's ladder.
             argv.append("--no-timing")
@@ -454,7 +454,8 @@ class Runtime:
             raise PodError("tritonserver has no --load-model: the local runtime serves one explicit model")
         config_text = _find_config(pod, volumes)
         engine_dir = mounts.host_path(f"/engines/{model}/1")
-        artifacts = sorted(Path(engine_dir).glob("model.*")) if engine_dir else []
+        pattern = "*" if is_llm_pod(pod["metadata"].get("annotations") or {}) else "model.*"
+        artifacts = sorted(Path(engine_dir).glob(pattern)) if engine_dir else []
         if not artifacts:
             raise PodError(f"no engine for {model!r} in the engine store ({engine_dir}): was the build Job run?")
         annotations = pod["metadata"].get("annotations") or {}
@@ -467,7 +468,8 @@ class Runtime:
         version.mkdir(parents=True, exist_ok=True)
         if is_llm_pod(annotations):  # a generative service: the EMULATED LLM serves in TensorRT-LLM's place
             try:
-                llm = replace(llm_from_annotations(annotations), warmup_requests=warmup_requests(config_text))
+                llm = llm_from_annotations(annotations)
+                llm = replace(llm, warmup_requests=warmup_requests(config_text) or llm.warmup_requests)
             except LlmPodError as exc:
                 raise PodError(str(exc)) from None
             write_llm_repository(repo, model, llm)

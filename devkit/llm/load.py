@@ -15,8 +15,8 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -120,11 +120,11 @@ class StreamingLoad:
 
     def __init__(
         self,
-        grpc_url: str,
+        grpc_url: str | Callable[[], Sequence[str]],
         model: str,
         phases: Sequence[Phase],
         duration_s: float,
-        prompt: Lengths,
+        prompt: Lengths | Callable[[float], Lengths],
         output: Lengths,
         *,
         seed: int = 0,
@@ -147,6 +147,8 @@ class StreamingLoad:
         self._all_done = threading.Event()
         self._sending = True
         self._closing = False
+        self.wall_offset = time.time() - time.monotonic()  # monotonic + offset = UNIX time
+        self.started_at: float | None = None  # monotonic
 
     def _callback(self, result: Any, error: Any) -> None:
         now = time.monotonic()
@@ -178,14 +180,34 @@ class StreamingLoad:
         out.set_data_from_numpy(np.array([output_tokens], dtype=np.int32))
         return [ids, out]
 
+    def _targets(self) -> list[str]:
+        return [self.grpc_url] if isinstance(self.grpc_url, str) else list(self.grpc_url())
+
+    def _prompt(self, t: float) -> Lengths:
+        return self.prompt if isinstance(self.prompt, Lengths) else self.prompt(t)
+
     def run(self) -> list[StreamRecord]:
-        """Send for `duration_s` on the schedule, wait for every stream to finish, return the records."""
-        clients = [grpcclient.InferenceServerClient(self.grpc_url) for _ in range(self.streams)]
-        for c in clients:
-            c.is_model_ready(self.model)  # connects the channel now, not inside the first request's TTFT
-            c.start_stream(callback=self._callback)
+        """Send for `duration_s` on the schedule, wait for every stream to finish, return the records.
+
+        With several targets (a callable, asked before each request), requests go round robin over them, each
+        target with `streams` streams of its own, opened the first time it is used."""
+        clients: dict[str, list[grpcclient.InferenceServerClient]] = {}
+
+        def streams_of(url: str) -> list[grpcclient.InferenceServerClient]:
+            if url not in clients:
+                opened = []
+                for _ in range(self.streams):
+                    c = grpcclient.InferenceServerClient(url)
+                    c.is_model_ready(self.model)  # connects the channel now, not inside the first request's TTFT
+                    c.start_stream(callback=self._callback)
+                    opened.append(c)
+                clients[url] = opened
+            return clients[url]
+
+        for url in self._targets():
+            streams_of(url)
         try:
-            start = time.monotonic()
+            start = self.started_at = time.monotonic()
             t = 0.0
             n = 0
             while True:
@@ -198,14 +220,16 @@ class StreamingLoad:
                     time.sleep(pause)
                 if rate <= 0:
                     continue
+                targets = self._targets()
+                if not targets:
+                    continue
                 key = str(n)
-                prompt, output = self.prompt.sample(self.rng), self.output.sample(self.rng)
+                prompt, output = self._prompt(t).sample(self.rng), self.output.sample(self.rng)
                 inputs = self._inputs(prompt, output)
+                stream = streams_of(targets[n % len(targets)])[(n // len(targets)) % self.streams]
                 with self._lock:
                     self.records[key] = StreamRecord(key, time.monotonic(), prompt, output)
-                clients[n % len(clients)].async_stream_infer(
-                    self.model, inputs, request_id=key, enable_empty_final_response=True
-                )
+                stream.async_stream_infer(self.model, inputs, request_id=key, enable_empty_final_response=True)
                 n += 1
             with self._lock:
                 self._sending = False
@@ -214,7 +238,13 @@ class StreamingLoad:
         finally:
             with self._lock:
                 self._closing = True
-            for c in clients:
-                c.stop_stream(cancel_requests=True)
-                c.close()
+            for opened in clients.values():
+                for c in opened:
+                    c.stop_stream(cancel_requests=True)
+                    c.close()
         return list(self.records.values())
+
+    def snapshot(self) -> list[StreamRecord]:
+        """The records so far (copies: a running load goes on appending to its own)."""
+        with self._lock:
+            return [replace(r, token_times=list(r.token_times)) for r in self.records.values()]

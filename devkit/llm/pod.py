@@ -7,9 +7,10 @@ under the model name the pod loads, when the pod carries `emulated-llm.dev.tailt
 where it has them). Pure: no I/O.
 
 Warmup: Triton 2.51 does not send a decoupled model its `model_warmup` requests (measured: a decoupled model with
-two warmup samples loads and has served no token), so the model runs the operator's warmup itself, through its
-engine and on its clock, before it turns READY: as many requests as the operator's `model_warmup` entries count
-(`spec.warmup.count` per size). The pod's readiness probe (`/v2/models/<m>/ready`) then gates on it for real.
+two warmup samples loads and has served no token), and TensorRT-LLM's model config has none, so the model runs its
+warmup itself, through its engine and on its clock, before it turns READY: as many requests as the pod's config
+counts in `model_warmup`, else `emulated-llm.dev.tailtune.io/warmup-requests`. The pod's readiness probe
+(`/v2/models/<m>/ready`) then gates on it for real.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ _FIELDS: dict[str, tuple[str, type]] = {
     "kv-cache-tokens": ("kv_cache_tokens", int),
     "iteration-overhead-ms": ("iteration_overhead_ms", float),
     "max-queue-size": ("max_queue_size", int),
+    "warmup-requests": ("warmup_requests", int),
 }
 
 

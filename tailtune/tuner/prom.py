@@ -645,3 +645,97 @@ def read_pod_windows(
             value = float(series["value"][1])
             fields.setdefault(ip, {})[name] = value if math.isfinite(value) else None
     return {ip: PodWindow(**values) for ip, values in fields.items()}
+
+
+# ------------------------------------------------------------------------------------------- generative services
+#
+# A generative model (decoupled, inflight batching) is judged by its token latencies, from histograms summed over
+# pods, whose quantile over the window is exact to a bucket:
+# - TTFT: `nv_inference_first_response_histogram_ms`, Triton's own first-response histogram (2.52 on, with
+#   `--metrics-config histogram_latencies=true`; the local emulated engine exports it under the same name and unit);
+# - TPOT: `tailtune_llm_time_per_output_token_ms`, one observation per request, (last - first token) / (tokens - 1),
+#   the figure a streaming client computes. No Triton backend exports it (tensorrtllm_backend#657): on a real
+#   cluster an exporter beside the backend has to (README), else TPOT reads "no data".
+# The engine's load comes from TensorRT-LLM's gauges by their real names and labels.
+TTFT_HISTOGRAM_MS = "nv_inference_first_response_histogram_ms"
+TPOT_HISTOGRAM_MS = "tailtune_llm_time_per_output_token_ms"
+OUTPUT_TOKENS_COUNTER = "tailtune_llm_output_tokens_total"
+TRTLLM_REQUEST_GAUGE = "nv_trt_llm_request_metrics"
+TRTLLM_KV_CACHE_GAUGE = "nv_trt_llm_kv_cache_block_metrics"
+
+
+@dataclass(frozen=True)
+class GenerativeSignal:
+    """One read of a generative service over its window; None where a series is missing, never zero.
+
+    `ttft_ms`/`tpot_ms` are at the spec's percentiles; `above_range_*` says the quantile lies above every bucket.
+    Running/waiting sequences are the window's means summed over pods; KV-cache use the fullest pod's, now."""
+
+    window_end: datetime
+    span_seconds: float
+    ttft_ms: float | None
+    tpot_ms: float | None
+    request_rate: float | None
+    tokens_per_second: float | None
+    running: float | None
+    waiting: float | None
+    kv_used_fraction: float | None
+    ready_replicas: int | None
+    above_range_ttft: bool = False
+    above_range_tpot: bool = False
+
+
+def generative_queries(
+    target: Target, ttft_percentile: float, tpot_percentile: float, window_seconds: float,
+    selector: str = DEFAULT_SELECTOR,
+) -> dict[str, str]:  # fmt: skip
+    """One generative service's PromQL over the window, keyed by `GenerativeSignal` field."""
+    sel = fill(selector, target, window_seconds)
+    w = f"{round(window_seconds)}s"
+
+    def quantile(histogram: str, percentile: float) -> str:
+        return f"histogram_quantile({percentile / 100:g}, sum by (le) (increase({histogram}_bucket{{{sel}}}[{w}])))"
+
+    def gauge(name: str, label: str, value: str) -> str:
+        return f'{name}{{{sel},{label}="{value}"}}'
+
+    used = gauge(TRTLLM_KV_CACHE_GAUGE, "kv_cache_block_type", "used")
+    total = gauge(TRTLLM_KV_CACHE_GAUGE, "kv_cache_block_type", "max")
+    return {
+        "ttft_ms": quantile(TTFT_HISTOGRAM_MS, ttft_percentile),
+        "tpot_ms": quantile(TPOT_HISTOGRAM_MS, tpot_percentile),
+        "request_rate": f"sum(rate({TTFT_HISTOGRAM_MS}_count{{{sel}}}[{w}]))",
+        "tokens_per_second": f"sum(rate({OUTPUT_TOKENS_COUNTER}{{{sel}}}[{w}]))",
+        "running": f"sum(avg_over_time({gauge(TRTLLM_REQUEST_GAUGE, 'request_type', 'active')}[{w}]))",
+        "waiting": f"sum(avg_over_time({gauge(TRTLLM_REQUEST_GAUGE, 'request_type', 'waiting')}[{w}]))",
+        "kv_used_fraction": f"max(sum by (instance) ({used}) / sum by (instance) ({total}))",
+        "ready_replicas": f"count(sum by (instance) ({total}))",
+    }
+
+
+def read_generative(
+    query: Callable[[str, datetime], list[dict[str, Any]]],
+    target: Target,
+    ttft_percentile: float,
+    tpot_percentile: float,
+    window_seconds: float,
+    at: datetime,
+    selector: str = DEFAULT_SELECTOR,
+) -> GenerativeSignal:
+    """The window ending at `at` (`query(promql, at)` runs one instant query; raises `PrometheusUnavailable`)."""
+    values: dict[str, float | None] = {}
+    above: dict[str, bool] = {}
+    for name, promql in generative_queries(target, ttft_percentile, tpot_percentile, window_seconds, selector).items():
+        series = query(promql, at)
+        raw = float(series[0]["value"][1]) if series else None
+        above[name] = raw is not None and math.isinf(raw) and raw > 0
+        values[name] = raw if raw is not None and math.isfinite(raw) else None
+    replicas = values.pop("ready_replicas")
+    return GenerativeSignal(
+        window_end=at,
+        span_seconds=window_seconds,
+        ready_replicas=None if replicas is None else round(replicas),
+        above_range_ttft=above["ttft_ms"],
+        above_range_tpot=above["tpot_ms"],
+        **values,
+    )
