@@ -1,5 +1,8 @@
 """`tailtune simulate`: what a tuning policy would do on your measured curve and recorded trace.
 
+`tailtune simulate --generative ...`: the same for a generative service (TTFT/TPOT), see
+`tailtune.offline.generative`.
+
     tailtune simulate --curve CURVE.csv --trace TRACE.csv --slo-ms 30 [--percentile 99]
       [--policy tailtune|predictive|triton-default|static:MAXBATCH:DELAY_US|aimd|oracle|min-cost|static-max]
       [--start-max-batch N]
@@ -151,6 +154,10 @@ def _setup(args: argparse.Namespace) -> Setup:
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     """Run one policy and print its summary (or JSON); 2 on bad input."""
     stream = out or sys.stdout
+    if argv is not None and "--generative" in argv:
+        from tailtune.offline.generative import main as generative_main
+
+        return generative_main([a for a in argv if a != "--generative"], stream)
     args = _parser().parse_args(argv)
     try:
         setup = _setup(args)

@@ -339,14 +339,25 @@ def predict(model: GenEngineModel, levers: GenLevers, load: Load, percentile: fl
     return Prediction(running, c, wait, base, step)
 
 
-def load_of(obs: GenObservation, policy: GenPolicy) -> Load | None:
-    """The window's demand: the arrival rate and mean lengths, and a backlog of waiting sequences to drain within
-    one interval on top; None without traffic."""
+# A backlog of waiting sequences is sized to drain within this many intervals on top of the arrivals (design value:
+# within one interval the drain alone asks for replicas that start after most of it is gone).
+DRAIN_INTERVALS = 4
+
+
+def backlog(obs: GenObservation) -> float:
+    """Waiting sequences beyond one a replica: at each replica a sequence or so waits for the next iteration's
+    admission in steady state (admission happens at iteration boundaries), which is no backlog."""
+    return max(0.0, obs.waiting - max(1, obs.replicas_ready))
+
+
+def load_of(obs: GenObservation, policy: GenPolicy, with_backlog: bool = True) -> Load | None:
+    """The window's demand: the arrival rate and mean lengths, and (`with_backlog`) the backlog to drain within
+    DRAIN_INTERVALS on top; None without traffic."""
     if obs.request_rate <= 0:
         return None
-    backlog = obs.waiting / policy.interval_seconds
+    drain = backlog(obs) / (DRAIN_INTERVALS * policy.interval_seconds) if with_backlog else 0.0
     return Load(
-        rate=obs.request_rate + backlog,
+        rate=obs.request_rate + drain,
         prompt_mean=max(1.0, obs.prompt_tokens_per_s / obs.request_rate),
         output_mean=max(1.0, obs.output_tokens_per_s / obs.request_rate),
     )
@@ -390,10 +401,14 @@ CALIBRATION_WEIGHT = 0.5
 def calibrate(state: GenState, obs: GenObservation, policy: GenPolicy, levers: GenLevers) -> GenState:
     """Move the scales toward measured / modelled at the replicas ready: TPOT against the decode step, TTFT's part
     beside the modelled wait against the prefill and a step. Only from windows with enough requests, no backlog
-    (a backlog's wait is not the model's steady state) and a model that is not saturated; never below 1 (the
-    roofline is the fastest the hardware allows)."""
+    (a backlog's wait is not the model's steady state), within both targets and a model that is not saturated;
+    never below 1 (the roofline is the fastest the hardware allows)."""
     load = load_of(obs, policy)
-    if load is None or obs.requests < policy.min_requests or obs.waiting > 0 or obs.replicas_ready < 1:
+    if load is None or obs.requests < policy.min_requests or backlog(obs) > 0 or obs.replicas_ready < 1:
+        return state
+    if (obs.ttft_ms or 0.0) > policy.ttft_target_ms or (obs.tpot_ms or 0.0) > policy.tpot_target_ms:
+        # Over a target: a transient (a step, a backlog just drained) the steady-state model does not describe;
+        # the measured-over-model guard answers it, the calibration does not learn from it.
         return state
     p = predict(policy.engine, levers, per_replica(load, obs.replicas_ready), policy.ttft_percentile)
     if p.saturated:
@@ -431,10 +446,10 @@ def stabilized_floor(state: GenState, policy: GenPolicy, now: float) -> int:
 def scale_in_target(
     current: int, want: int, state: GenState, obs: GenObservation, policy: GenPolicy, now: float
 ) -> tuple[int, str]:
-    """How far a scale-in may go, and the guard that limited it ("" where none): none under waiting sequences or
+    """How far a scale-in may go, and the guard that limited it ("" where none): none under a backlog or
     before GOOD_WINDOWS_TO_SCALE_IN comfortable windows or within the cooldown; no lower than the stabilization's
     highest need; at most SCALE_IN_MOST_SHARE of the replicas at once."""
-    if obs.waiting > 0:
+    if backlog(obs) > 0:
         return current, "no-scale-in-under-backlog"
     if state.good_windows < GOOD_WINDOWS_TO_SCALE_IN:
         return current, "scale-in-confirming"
@@ -528,12 +543,14 @@ def decide_generative(
         (obs.ttft_ms is not None and obs.ttft_ms > policy.ttft_target_ms)
         or (obs.tpot_ms is not None and obs.tpot_ms > policy.tpot_target_ms)
     )
-    comfort_ttft, comfort_tpot = policy.headroom * policy.ttft_aim_s * 1000, policy.headroom * policy.tpot_aim_s * 1000
-    comfortable = obs.waiting == 0 and (
+    # Within the aim and no backlog: a window that allows a scale-in (the model then says how far). The aim, not a
+    # band below it: TPOT is the decode step's and moves little with the replicas, so a band under the aim on it
+    # would keep every replica for good.
+    comfortable = backlog(obs) == 0 and (
         not enough
         or (
-            (obs.ttft_ms is None or obs.ttft_ms <= comfort_ttft)
-            and (obs.tpot_ms is None or obs.tpot_ms <= comfort_tpot)
+            (obs.ttft_ms is None or obs.ttft_ms <= 1000 * policy.ttft_aim_s)
+            and (obs.tpot_ms is None or obs.tpot_ms <= 1000 * policy.tpot_aim_s)
         )
     )
     st = replace(
@@ -546,7 +563,13 @@ def decide_generative(
         need: int | None = policy.replicas_min
         why = f"{seen}: no requests"
     else:
-        need = needed_replicas(policy, levers, load, st)
+        # While replicas start, the backlog is theirs to drain: size for the arrivals alone then.
+        starting = obs.replicas_ready < cur
+        need = needed_replicas(policy, levers, load_of(obs, policy, not starting) or load, st)
+        if need is None and not starting:
+            # The backlog's drain asks for more than the bound: the arrivals' count, and one more to drain it.
+            alone = needed_replicas(policy, levers, load_of(obs, policy, False) or load, st)
+            need = None if alone is None else min(policy.replicas_max, alone + 1)
         why = f"{seen}: {load.rate:.2f} req/s of {load.prompt_mean:.0f}+{load.output_mean:.0f} tokens"
     keep = tuple((t, n) for t, n in st.needed if now - t <= policy.scale_in_stabilization_seconds)
     st = replace(st, needed=(*keep, (now, need if need is not None else policy.replicas_max)))
@@ -573,7 +596,7 @@ def decide_generative(
             return out(target, levers, SCALED_IN, f"{why}: {want} replicas hold the aim", st, limit)
         return out(cur, levers, HOLD, f"{why}: {want} would do", st, limit)
     # At the count the model wants: the levers, where replicas alone fall short at the bound.
-    if policy.tune_levers and load is not None and (need is None or over) and cur >= policy.replicas_max:
+    if policy.tune_levers and load is not None and over and cur >= policy.replicas_max:
         if cooling(in_force, policy, now):
             return out(cur, levers, COOLDOWN, f"{why}: short at the most replicas; cooling down", st, "cooldown")
         change = lever_change(policy, levers, load, cur, st)
