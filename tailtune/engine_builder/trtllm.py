@@ -27,12 +27,15 @@ import tarfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tailtune.api.v1alpha1 import LlmEngine
-from tailtune.engine_builder import cachekey, fetch, gpu, store, trt
-from tailtune.engine_builder.build import BuildOutcome
+from tailtune.engine_builder import cachekey, fetch, gpu, store
 from tailtune.engine_builder.errors import BuildError, Failure
+
+# build (and trt) import onnx and numpy, which the operator (it reads this module's spec and key) need not have.
+if TYPE_CHECKING:
+    from tailtune.engine_builder.build import BuildOutcome
 
 TRTLLM_BUILD = "trtllm-build"
 BACKEND = "tensorrt-llm"  # the store entry's and the cache key's backend name
@@ -307,19 +310,28 @@ def check_checkpoint(config: Mapping[str, Any], spec: TrtllmBuildSpec) -> None:
 
 
 def key_inputs(
-    req: LlmBuildRequest, *, model_digest: str, tensorrt_version: str, tensorrt_llm_version: str
+    spec: TrtllmBuildSpec,
+    *,
+    model_name: str,
+    gpu_product: str,
+    model_digest: str,
+    tensorrt_version: str,
+    tensorrt_llm_version: str,
+    model_revision: str = "",
 ) -> cachekey.KeyInputs:
-    """The cache key's inputs of this build: the key recipe's, with TensorRT-LLM's version and the build options."""
+    """The cache key's inputs of a TensorRT-LLM build: the key recipe's, with TensorRT-LLM's version and every
+    build option. The operator and the builder both go through it."""
     return cachekey.KeyInputs(
         backend=BACKEND,
         model_digest=model_digest,
-        model_name=req.model_name,
-        precision=req.spec.dtype or "checkpoint",
-        profile=(1, req.spec.max_batch_size, req.spec.max_batch_size),
-        gpu_product=req.gpu_product,
+        model_name=model_name,
+        precision=spec.dtype or "checkpoint",
+        profile=(1, spec.max_batch_size, spec.max_batch_size),
+        gpu_product=gpu_product,
         tensorrt_version=tensorrt_version,
         tensorrt_llm_version=tensorrt_llm_version,
-        llm=req.spec.options(),
+        model_revision=model_revision,
+        llm=spec.options(),
     )
 
 
@@ -332,6 +344,8 @@ def run_llm_build(
     run: Runner = run_streaming,
 ) -> BuildOutcome:
     """Build (or find) the engine entry of `req`. Raises BuildError on every failure."""
+    from tailtune.engine_builder.build import BuildOutcome
+
     validate_spec(req.spec)
     if not req.gpu_product:
         raise BuildError(Failure.INVALID_ARGUMENTS, "a TensorRT-LLM engine needs --gpu-product")
@@ -438,7 +452,9 @@ def build_metadata(
 def _key(req: LlmBuildRequest, model_digest: str, machine: LlmMachine) -> str:
     return cachekey.engine_key(
         key_inputs(
-            req,
+            req.spec,
+            model_name=req.model_name,
+            gpu_product=req.gpu_product,
             model_digest=model_digest,
             tensorrt_version=machine.tensorrt_version,
             tensorrt_llm_version=machine.tensorrt_llm_version,
@@ -505,6 +521,8 @@ def request_from_args(args: argparse.Namespace) -> LlmBuildRequest:
 
 def machine_here(pvc_root: Path, builder_version: str, fetch_timeout_s: float) -> LlmMachine:
     """What this Job's machine has: TensorRT-LLM's and TensorRT's versions, and the GPU."""
+    from tailtune.engine_builder import trt  # imports onnx tooling, which the operator lacks
+
     return LlmMachine(
         tensorrt_llm_version=tensorrt_llm_version(),
         tensorrt_version=trt.tensorrt_version() or "",

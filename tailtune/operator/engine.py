@@ -18,6 +18,7 @@ from tailtune.api.v1alpha1 import (
     ServiceTimeStatus,
     TensorSpec,
 )
+from tailtune.engine_builder import trtllm
 from tailtune.engine_builder.cachekey import KeyInputs, engine_key
 from tailtune.operator.observed import EngineInfo, JobObservation
 from tailtune.tuner.servicetime import CurvePoint
@@ -35,6 +36,8 @@ def engine_cache_key(isvc: InferenceService) -> str:
     """
     spec = isvc.spec
     engine = spec.engine
+    if spec.model.kind == "generative":
+        return llm_engine_cache_key(isvc)
     return engine_key(
         KeyInputs(
             backend=engine.backend,
@@ -50,6 +53,23 @@ def engine_cache_key(isvc: InferenceService) -> str:
             model_revision=spec.model.revision or "",
         )
     )
+
+
+def llm_engine_cache_key(isvc: InferenceService) -> str:
+    """A generative model's key: the same recipe over the TensorRT-LLM build (spec.engine.llm's options; the
+    builder image stands for both TensorRT's and TensorRT-LLM's versions). spec.serving.llm is read at load, so
+    it keys nothing."""
+    spec = isvc.spec
+    inputs = trtllm.key_inputs(
+        trtllm.TrtllmBuildSpec.from_api(spec.llm_engine()),
+        model_name=isvc.model_name,
+        gpu_product=spec.serving.gpu.product,
+        model_digest=spec.model.sha256 or f"uri:{spec.model.uri}",
+        tensorrt_version=spec.engine.builder_image,
+        tensorrt_llm_version=spec.engine.builder_image,
+        model_revision=spec.model.revision or "",
+    )
+    return engine_key(inputs)
 
 
 def engine_info(isvc: InferenceService, cache_key: str, job: JobObservation | None) -> EngineInfo | None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tailtune.api.v1alpha1 import Batching, InferenceService, QueuePolicy, TensorSpec
+from tailtune.api.v1alpha1 import Batching, InferenceService, LlmServing, QueuePolicy, TensorSpec
+from tailtune.operator.builders.triton import llm_engine_dir
 from tailtune.operator.observed import EngineInfo
 from tailtune.triton.config import InstanceGroup, ModelConfigInput, render_json, render_pbtxt
+from tailtune.triton.trtllm_config import TrtllmConfigInput, render_trtllm_json, render_trtllm_pbtxt
 from tailtune.tuner.servicetime import Curve, CurvePoint
 from tailtune.tuner.shedding import shed_timeout_us
 
@@ -135,11 +137,32 @@ def _warmup_dims(inputs: Sequence[TensorSpec], built: Sequence[TensorSpec]) -> d
     return out
 
 
-def model_config_pbtxt(isvc: InferenceService, batching: Batching, info: EngineInfo | None) -> str:
-    """`config.pbtxt` for the ConfigMap."""
+def trtllm_config_input(isvc: InferenceService, llm: LlmServing | None = None) -> TrtllmConfigInput:
+    """The tensorrt_llm config input of a generative model: the engine's folder in the pod, its max batch size,
+    and the load-time settings `llm` (default spec.serving.llm, or the backend's defaults where it is unset)."""
+    spec = isvc.spec
+    return TrtllmConfigInput(
+        name=isvc.model_name,
+        engine_dir=llm_engine_dir(isvc),
+        max_batch_size=spec.llm_engine().max_batch_size,
+        serving=llm or spec.llm_serving(),
+    )
+
+
+def model_config_pbtxt(
+    isvc: InferenceService, batching: Batching, info: EngineInfo | None, llm: LlmServing | None = None
+) -> str:
+    """`config.pbtxt` for the ConfigMap: Triton's tensorrt_llm model for a generative model (`batching` does not
+    apply: TensorRT-LLM batches in flight; `llm` are its load-time settings), else the engine's with `batching`."""
+    if isvc.spec.model.kind == "generative":
+        return render_trtllm_pbtxt(trtllm_config_input(isvc, llm))
     return render_pbtxt(model_config_input(isvc, batching, info))
 
 
-def model_config_json(isvc: InferenceService, batching: Batching, info: EngineInfo | None) -> str:
+def model_config_json(
+    isvc: InferenceService, batching: Batching, info: EngineInfo | None, llm: LlmServing | None = None
+) -> str:
     """The same config as JSON, for a hot load-with-override."""
+    if isvc.spec.model.kind == "generative":
+        return render_trtllm_json(trtllm_config_input(isvc, llm))
     return render_json(model_config_input(isvc, batching, info))

@@ -6,6 +6,7 @@ from typing import Any
 
 from tailtune.api import InferenceService
 from tailtune.api.keys import ENGINE_KEY, GPU_RESOURCE
+from tailtune.engine_builder import trtllm
 from tailtune.operator.builders.common import (
     Manifest,
     container_security_context,
@@ -31,8 +32,10 @@ def pvc_claim(uri: str) -> str | None:
 
 
 def builder_args(isvc: InferenceService, cache_key: str) -> list[str]:
-    """Command line of the builder for this InferenceService."""
+    """Command line of the builder for this InferenceService: `build-llm` (trtllm-build) for a generative model."""
     spec = isvc.spec
+    if spec.model.kind == "generative":
+        return llm_builder_args(isvc, cache_key)
     engine = spec.engine
     args = [
         "python", "-m", "tailtune.engine_builder", "build",
@@ -57,6 +60,25 @@ def builder_args(isvc: InferenceService, cache_key: str) -> list[str]:
     return args
 
 
+def llm_builder_args(isvc: InferenceService, cache_key: str) -> list[str]:
+    """`build-llm`: trtllm-build on the TensorRT-LLM checkpoint at spec.model.uri, with spec.engine.llm's limits."""
+    spec = isvc.spec
+    args = [
+        "python", "-m", "tailtune.engine_builder", "build-llm",
+        "--checkpoint-uri", spec.model.uri,
+        "--gpu-product", spec.serving.gpu.product,
+        "--model-name", isvc.model_name,
+        "--store", ENGINE_MOUNT,
+        "--cache-key", cache_key,
+        *trtllm.builder_flags(trtllm.TrtllmBuildSpec.from_api(spec.llm_engine())),
+    ]  # fmt: skip
+    if spec.model.sha256:
+        args += ["--sha256", spec.model.sha256]
+    if spec.engine.timing_cache:
+        args.append("--timing-cache")
+    return args
+
+
 def build_engine_job(isvc: InferenceService, cache_key: str) -> Manifest:
     """The build Job. Its name is the engine cache key, so a finished Job is a cache hit."""
     engine = isvc.spec.engine
@@ -72,6 +94,7 @@ def build_engine_job(isvc: InferenceService, cache_key: str) -> Manifest:
     if claim:
         volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
         mounts.append({"name": "model", "mountPath": f"{MODELS_MOUNT}/{claim}", "readOnly": True})
+    # A TensorRT or TensorRT-LLM build runs on one GPU of the serving product (generative implies tensorrt).
     gpu_limits = {GPU_RESOURCE: "1"} if engine.backend == "tensorrt" else {}
     meta = metadata(isvc, cache_key, ENGINE_BUILD, controller=False)
     meta["labels"][ENGINE_KEY] = cache_key

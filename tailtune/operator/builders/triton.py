@@ -19,6 +19,8 @@ from tailtune.api.keys import (
     SCRAPE_PATH_ANNOTATION,
     SCRAPE_PORT_ANNOTATION,
 )
+from tailtune.engine_builder.store import ARTIFACTS, MODEL_VERSION
+from tailtune.engine_builder.trtllm import BACKEND as LLM_BACKEND
 from tailtune.operator.builders.common import (
     Manifest,
     configmap_name,
@@ -34,6 +36,8 @@ from tailtune.operator.builders.common import (
 )
 
 COMPONENT = "triton"
+# Where the serving pod mounts its engine's store entry (<store>/<cache key>, by subPath).
+ENGINE_MOUNT = "/engines"
 # Long enough for engine load + warmup: Triton does not even listen until warmup ends.
 STARTUP_PERIOD_S, STARTUP_FAILURES = 10, 90
 
@@ -70,14 +74,18 @@ def triton_args(isvc: InferenceService) -> list[str]:
     ]
 
 
+def llm_engine_dir(isvc: InferenceService) -> str:
+    """The TensorRT-LLM engine's folder in the serving pod (the tensorrt_llm config's gpt_model_path)."""
+    return f"{ENGINE_MOUNT}/{isvc.model_name}/{MODEL_VERSION}/{ARTIFACTS[LLM_BACKEND]}"
+
+
 def _assemble_script(isvc: InferenceService) -> str:
     model = isvc.model_name
-    artifact = "model.plan" if isvc.spec.engine.backend == "tensorrt" else "model.onnx"
-    return (
-        f"set -e; mkdir -p /models/{model}/1; "
-        f"cp /config/config.pbtxt /models/{model}/config.pbtxt; "
-        f"ln -sf /engines/{model}/1/{artifact} /models/{model}/1/{artifact}"
-    )
+    setup = f"set -e; mkdir -p /models/{model}/1; cp /config/config.pbtxt /models/{model}/config.pbtxt"
+    if isvc.spec.model.kind == "generative":
+        return setup  # the tensorrt_llm backend reads the engine where gpt_model_path says, in the store
+    artifact = ARTIFACTS[isvc.spec.engine.backend]
+    return f"{setup}; ln -sf {ENGINE_MOUNT}/{model}/1/{artifact} /models/{model}/1/{artifact}"
 
 
 def _probe(path: str, *, period: int, failures: int) -> dict[str, Any]:
@@ -150,7 +158,7 @@ def build_deployment(
                 "terminationMessagePolicy": "FallbackToLogsOnError",
                 "volumeMounts": [
                     {"name": "models", "mountPath": "/models"},
-                    {"name": "engines", "mountPath": "/engines", "subPath": cache_key, "readOnly": True},
+                    {"name": "engines", "mountPath": ENGINE_MOUNT, "subPath": cache_key, "readOnly": True},
                     {"name": "tmp", "mountPath": "/tmp"},
                     {"name": "dshm", "mountPath": "/dev/shm"},
                 ],

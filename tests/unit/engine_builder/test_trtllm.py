@@ -122,10 +122,9 @@ def test_an_unset_max_seq_len_is_left_to_the_checkpoint() -> None:
     assert argv[argv.index("--max_batch_size") + 1] == "2048"  # trtllm-build's own default, passed explicitly
 
 
-def _key(spec: TrtllmBuildSpec, **machine_changes: str) -> str:
-    req = LlmBuildRequest(checkpoint_uri="x", model_name="llama", store=Path("."), gpu_product="NVIDIA-L4", spec=spec)
-    versions = {"tensorrt_version": "10.7.0", "tensorrt_llm_version": "0.16.0", **machine_changes}
-    return cachekey.engine_key(trtllm.key_inputs(req, model_digest="a" * 64, **versions))
+def _key(spec: TrtllmBuildSpec, **changes: str) -> str:
+    given = {"tensorrt_version": "10.7.0", "tensorrt_llm_version": "0.16.0", "gpu_product": "NVIDIA-L4", **changes}
+    return cachekey.engine_key(trtllm.key_inputs(spec, model_name="llama", model_digest="a" * 64, **given))
 
 
 @pytest.mark.parametrize(
@@ -147,6 +146,8 @@ def test_each_build_option_changes_the_key(changes: dict[str, object]) -> None:
 def test_versions_change_the_key_and_other_backends_keep_theirs() -> None:
     assert _key(SPEC, tensorrt_llm_version="0.17.0") != _key(SPEC)
     assert _key(SPEC, tensorrt_version="10.8.0") != _key(SPEC)
+    assert _key(SPEC, gpu_product="NVIDIA-H100-80GB-HBM3") != _key(SPEC)
+    assert _key(SPEC, model_revision="2") != _key(SPEC)
     # The llm fields added to the recipe leave a TensorRT engine's key as it was (no flag, no change).
     plain = cachekey.KeyInputs(
         backend="tensorrt",
