@@ -202,28 +202,30 @@ def pod_target_groups(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return groups
 
 
-class PodDiscovery:
-    """Serves `GET /sd` (Prometheus http_sd) on 127.0.0.1 from `list_pods()`, in a daemon thread."""
+class GetServer:
+    """Serves `GET <path>` on 127.0.0.1 (`port`; 0: a free one) from `respond()`, which gives (status, content type,
+    body), in a daemon thread; any other path is 404. The pod discovery here and bench/scale's synthetic exporter."""
 
-    def __init__(self, list_pods: Callable[[], list[dict[str, Any]]]) -> None:
-        self.list_pods = list_pods
-        handler = self._handler()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/sd"
-        self.thread = threading.Thread(target=self.server.serve_forever, name="pod-discovery", daemon=True)
+    def __init__(
+        self, path: str, respond: Callable[[], tuple[int, str, bytes]], port: int = 0, name: str = "get-server"
+    ) -> None:
+        self.path, self.respond = path, respond
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
+        self.port = int(self.server.server_address[1])
+        self.url = f"http://127.0.0.1:{self.port}{path}"
+        self.thread = threading.Thread(target=self.server.serve_forever, name=name, daemon=True)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        discovery = self
+        served = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                try:
-                    body = json.dumps(pod_target_groups(discovery.list_pods())).encode()
-                    code = 200
-                except Exception as exc:  # Prometheus keeps the last good targets on an error
-                    body, code = str(exc).encode(), 500
+                if self.path.split("?")[0] != served.path:
+                    self.send_error(404)
+                    return
+                code, content_type, body = served.respond()
                 self.send_response(code)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -239,3 +241,17 @@ class PodDiscovery:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class PodDiscovery(GetServer):
+    """Serves `GET /sd` (Prometheus http_sd) on 127.0.0.1 from `list_pods()`, in a daemon thread."""
+
+    def __init__(self, list_pods: Callable[[], list[dict[str, Any]]]) -> None:
+        self.list_pods = list_pods
+        super().__init__("/sd", self._targets, name="pod-discovery")
+
+    def _targets(self) -> tuple[int, str, bytes]:
+        try:
+            return 200, "application/json", json.dumps(pod_target_groups(self.list_pods())).encode()
+        except Exception as exc:  # Prometheus keeps the last good targets on an error
+            return 500, "application/json", str(exc).encode()

@@ -14,7 +14,6 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -27,11 +26,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "bench" / "out" / "scale"
 NAMESPACE = "scale-bench"
-_METRIC = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$")
 
 
 def sh(*args: str, input: str | None = None, check: bool = True) -> str:
@@ -61,15 +60,24 @@ def kubectl(env: dict[str, str], *args: str, input: str | None = None, check: bo
     return result.stdout
 
 
+Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
+
+
+def samples(text: str) -> Samples:
+    """A Prometheus text page (the API server's, the operator's, Prometheus' own): sample name -> labels -> value."""
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
 def request_counts(env: dict[str, str]) -> Counter[tuple[str, str]]:
     """apiserver_request_total summed by (resource, verb)."""
     counts: Counter[tuple[str, str]] = Counter()
-    for line in kubectl(env, "get", "--raw", "/metrics").splitlines():
-        m = _METRIC.match(line)
-        if not m:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group("labels")))
-        counts[(labels.get("resource", ""), labels.get("verb", ""))] += int(float(m.group("value")))
+    for labels, value in samples(kubectl(env, "get", "--raw", "/metrics")).get("apiserver_request_total", {}).items():
+        found = dict(labels)
+        counts[(found.get("resource", ""), found.get("verb", ""))] += int(value)
     return counts
 
 

@@ -15,12 +15,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import threading
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from devkit.prometheus import GetServer
 
 # Triton's default summary quantiles (`--metrics-config summary_quantiles`), as tailtune.tuner.prom reads them.
 QUANTILES = ("0.5", "0.9", "0.95", "0.99", "0.999")
@@ -113,44 +116,19 @@ def render(pods: Sequence[Pod], signal: Signal, elapsed_s: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-class Exporter:
+class Exporter(GetServer):
     """Serves `render` of its pods on `GET /metrics` (127.0.0.1), in a daemon thread; counters start at zero now."""
 
     def __init__(self, pods: Sequence[Pod], signal: Signal, port: int = 0) -> None:
         self.pods, self.signal = list(pods), signal
         self.started = time.monotonic()
         self.scrapes = 0
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
-        self.port = int(self.server.server_address[1])
-        self.thread = threading.Thread(target=self.server.serve_forever, name="exporter", daemon=True)
+        super().__init__("/metrics", self._page, port, name="exporter")
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        exporter = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path.split("?")[0] != "/metrics":
-                    self.send_error(404)
-                    return
-                body = render(exporter.pods, exporter.signal, time.monotonic() - exporter.started).encode()
-                exporter.scrapes += 1
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        return Handler
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def _page(self) -> tuple[int, str, bytes]:
+        self.scrapes += 1
+        page = render(self.pods, self.signal, time.monotonic() - self.started)
+        return 200, "text/plain; version=0.0.4", page.encode()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

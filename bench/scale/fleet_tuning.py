@@ -30,6 +30,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -48,8 +49,7 @@ sys.path.insert(0, str(HERE))
 
 import bench_scale  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402  (bench_scale chose the Agg backend)
-from bench_scale import gpu_nodes, kubectl, proc_stats, request_counts  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+from bench_scale import Samples, gpu_nodes, kubectl, proc_stats, request_counts, samples  # noqa: E402
 
 from devkit.ports import free_ports  # noqa: E402
 from devkit.prometheus import start_prometheus  # noqa: E402
@@ -108,18 +108,13 @@ def prometheus_config(exporter_port: int, scrape_seconds: int, query_log: Path) 
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def scrape(url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+def scrape(url: str) -> Samples:
     """A /metrics page: sample name -> labels -> value."""
     with urllib.request.urlopen(url, timeout=10) as r:
-        text = r.read().decode()
-    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
-    return out
+        return samples(r.read().decode())
 
 
-def total(page: dict[str, dict[tuple[tuple[str, str], ...], float]], name: str, **labels: str) -> float:
+def total(page: Samples, name: str, **labels: str) -> float:
     """The sum of a sample's values over the series whose labels include these."""
     return sum(v for k, v in page.get(name, {}).items() if set(labels.items()) <= set(k))
 
@@ -291,8 +286,19 @@ def create_all(env: dict[str, str], docs: list[dict[str, Any]]) -> None:
                 raise RuntimeError(f"kubectl create: {err[-2000:]}")
 
 
-def run_one(env: dict[str, str], count: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    """One N, from nothing to nothing: set up, measure, delete, clean up (also on failure)."""
+def operator_argv(tree: Path, metrics_port: int, trace_out: Path | None) -> list[str]:
+    """The operator of the source tree `tree` (`python -m devkit.operator`), with tracemalloc when `trace_out`."""
+    args = ["--namespace", NAMESPACE, "--metrics-port", str(metrics_port)]
+    if trace_out is not None:
+        return [sys.executable, str(HERE / "traced_operator.py"), str(trace_out), *args]
+    return [sys.executable, "-m", "devkit.operator", *args]
+
+
+def run_one(
+    env: dict[str, str], count: int, args: argparse.Namespace, workdir: Path, tree: Path = ROOT
+) -> dict[str, Any]:
+    """One N, from nothing to nothing: set up, measure, delete, clean up (also on failure). The operator runs from the
+    source tree `tree` (this checkout, or another one for a before/after in the same run)."""
     exporter_port, prom_port, metrics_port = free_ports(3)
     prom_url = f"http://127.0.0.1:{prom_port}"
     op_metrics = f"http://127.0.0.1:{metrics_port}/metrics"
@@ -317,16 +323,14 @@ def run_one(env: dict[str, str], count: int, args: argparse.Namespace, workdir: 
             prometheus_config(exporter_port, args.scrape_seconds, query_log), workdir / "prom", prom_port
         )
         op_log = workdir / "operator.log"
-        op_argv = [
-            sys.executable,
-            "-m",
-            "devkit.operator",
-            "--namespace",
-            NAMESPACE,
-            "--metrics-port",
-            str(metrics_port),
-        ]
-        op = subprocess.Popen(op_argv, env=env, cwd=ROOT, stdout=op_log.open("wb"), stderr=subprocess.STDOUT)
+        trace_out = workdir / "tracemalloc.txt" if args.trace_memory else None
+        if trace_out is not None:
+            trace_out.unlink(missing_ok=True)
+        op_env = {**env, "PYTHONPATH": str(tree)}
+        op = subprocess.Popen(
+            operator_argv(tree, metrics_port, trace_out), env=op_env, cwd=tree, stdout=op_log.open("wb"),
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
         procs.append(op)
         wait_http(op_metrics, 60)
         log(f"N={count}: exporter :{exporter_port}, Prometheus :{prom_port}, operator pid {op.pid}")
@@ -346,11 +350,19 @@ def run_one(env: dict[str, str], count: int, args: argparse.Namespace, workdir: 
             if judged >= count:
                 status_s = elapsed
                 break
-            log(f"N={count}: {elapsed:6.0f} s: {ready}/{count} Ready, {judged}/{count} with status.latency")
+            rss_mib = _rss(op.pid) / 2**20
+            log(f"N={count}: {elapsed:6.0f} s: {ready}/{count} Ready, {judged}/{count} with status.latency, "
+                f"operator RSS {rss_mib:.0f} MiB")  # fmt: skip
             if op.poll() is not None:
                 raise RuntimeError(f"the operator exited {op.returncode}: see {op_log}")
             time.sleep(poll)
-        result |= {"all_ready_s": ready_s, "all_status_latency_s": status_s}
+        result |= {
+            "all_ready_s": ready_s,
+            "all_status_latency_s": status_s,
+            "operator_peak_rss_mib_at_all_status": round(proc_stats(op.pid)[1] / 2**20, 1),
+        }
+        if trace_out is not None:
+            os.kill(op.pid, signal.SIGUSR1)
         log(f"N={count}: all Ready after {ready_s} s, all with status.latency after {status_s} s")
 
         settle = args.settle_intervals * args.interval
@@ -359,8 +371,19 @@ def run_one(env: dict[str, str], count: int, args: argparse.Namespace, workdir: 
         time.sleep(max(settle, history_from + SLO_WINDOW_S + 2 * args.scrape_seconds - time.monotonic()))
         before = objects(env)
         a = snapshot(env, prom_url, op.pid, op_metrics, query_log)
+        spy = None
+        if args.py_spy:  # where the operator's time goes at rest: collapsed stacks over the steady window
+            spy = subprocess.Popen(
+                [args.py_spy, "record", "--pid", str(op.pid), "--duration", str(args.steady_seconds - 5),
+                 "--rate", "20", "--format", "raw", "--output", str(workdir / "py-spy.txt")],
+                stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+            )  # fmt: skip
         time.sleep(args.steady_seconds)
         b = snapshot(env, prom_url, op.pid, op_metrics, query_log)
+        if spy is not None:
+            spy.wait(timeout=60)
+        if trace_out is not None:
+            os.kill(op.pid, signal.SIGUSR1)
         after = objects(env)
         result |= steady_figures(a, b, count, args.interval, query_log)
         rv = {n: o["metadata"]["resourceVersion"] for n, o in before.items()}
@@ -471,6 +494,8 @@ ROWS = (
     ("operator CPU s/min", "operator_cpu_s_per_min"),
     ("operator cores", "operator_cores"),
     ("operator peak RSS, MiB", "operator_peak_rss_mib"),
+    ("operator peak RSS when all had a status, MiB", "operator_peak_rss_mib_at_all_status"),
+    ("operator RSS at rest, MiB", "operator_rss_mib_now"),
     ("API requests/min (no heartbeats, watches)", "api_requests_per_min"),
     ("API writes/min (children's applies at the resync included)", "api_writes_per_min"),
     ("InferenceService writes/min (status, annotations)", "inferenceservice_writes_per_min"),
@@ -537,6 +562,26 @@ def plot(runs: dict[str, dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _describe(tree: Path) -> str:
+    out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=tree, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def before_after(baselines: dict[str, dict[str, Any]], runs: dict[str, dict[str, Any]]) -> str:
+    """Per N run both ways: the baseline tree's figure, this tree's, and after / before."""
+    lines = ["| N | figure | before | after | after / before |", "| --- | --- | --- | --- | --- |"]
+    for n in sorted(set(baselines) & set(runs), key=int):
+        for label, key in ROWS:
+            old, new = baselines[n].get(key), runs[n].get(key)
+            ratio = new / old if isinstance(old, int | float) and isinstance(new, int | float) and old else None
+            lines.append(f"| {n} | {label} | {_cell(old)} | {_cell(new)} | {_cell(_round(ratio))} |")
+    return "\n".join(lines)
+
+
 def private_cluster_env() -> tuple[dict[str, str], bool]:
     """A cluster of our own (its own state dir and ports); whether this run started it."""
     os.environ["TAILTUNE_CLUSTER_DIR"] = str(PRIVATE_CLUSTER_DIR)
@@ -556,10 +601,19 @@ def main() -> int:
     parser.add_argument("--cluster", choices=["private", "shared"], default="private")
     parser.add_argument("--keep-cluster", action="store_true", help="leave a private cluster this run started up")
     parser.add_argument("--plot-only", action="store_true", help="only write report.md and fleet.png from results.json")
+    parser.add_argument(
+        "--baseline-tree", type=Path,
+        help="another checkout (e.g. `git worktree add /tmp/base <commit>`): each N runs its operator first, then this "
+        "tree's, on the same cluster; both go in before_after.md and baseline.json",
+    )  # fmt: skip
+    parser.add_argument("--trace-memory", action="store_true", help="the operator under tracemalloc (slower)")
+    parser.add_argument("--py-spy", help="py-spy binary: sample the operator's stacks over the steady window")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     results_path = OUT / "results.json"
     runs: dict[str, dict[str, Any]] = json.loads(results_path.read_text()) if results_path.exists() else {}
+    baseline_path = OUT / "baseline.json"
+    baselines: dict[str, dict[str, Any]] = json.loads(baseline_path.read_text()) if baseline_path.exists() else {}
     if args.plot_only:
         args.count = []
     if args.plot_only:
@@ -576,12 +630,14 @@ def main() -> int:
             workdir.mkdir(parents=True, exist_ok=True)
             for stale in ("query.log",):
                 (workdir / stale).unlink(missing_ok=True)
+            if args.baseline_tree is not None:
+                base = run_one(env, count, args, OUT / f"n{count}-baseline", args.baseline_tree.resolve())
+                base |= {"checkout": _describe(args.baseline_tree), "cluster": args.cluster, "when": _now()}
+                baselines[str(count)] = base
+                baseline_path.write_text(json.dumps(baselines, indent=2))
+                log(json.dumps(base, indent=2))
             result = run_one(env, count, args, workdir)
-            result |= {
-                "checkout": commit.stdout.strip(),
-                "cluster": args.cluster,
-                "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            }
+            result |= {"checkout": commit.stdout.strip(), "cluster": args.cluster, "when": _now()}
             runs[str(count)] = result
             results_path.write_text(json.dumps(runs, indent=2))
             log(json.dumps(result, indent=2))
@@ -592,6 +648,10 @@ def main() -> int:
             subprocess.run([sys.executable, "-m", "devkit.cluster", "down"], cwd=ROOT, env=env, check=False)
     report = table(runs)
     (OUT / "report.md").write_text(report + "\n")
+    if baselines:
+        compared = before_after(baselines, runs)
+        (OUT / "before_after.md").write_text(compared + "\n")
+        report += "\n\n" + compared
     plot(runs, OUT / "fleet.png")
     print(report)
     return code
