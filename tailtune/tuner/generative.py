@@ -464,17 +464,18 @@ def scale_in_target(
 
 
 def lever_change(
-    policy: GenPolicy, levers: GenLevers, load: Load, replicas: int, state: GenState
+    policy: GenPolicy, levers: GenLevers, load: Load, replicas: int, state: GenState, obs: GenObservation
 ) -> tuple[GenLevers, str] | None:
-    """At the replica bound, where replicas alone do not hold the aim: one lever change (one reload) the model says
-    helps the binding target, and why; None where none does. TTFT binding: max_utilization (more sequences admitted
-    at once) where TPOT keeps its aim there, else chunked prefill (a prompt starts in an iteration's leftover
-    token budget), else a larger KV share, else a bounded queue (a request that would wait past the target is
-    refused at once rather than delaying those behind it). TPOT binding: back to guaranteed_no_evict, else a
+    """At the replica bound, where replicas alone do not hold the aim: one lever change (one reload) for the target the
+    window measured over (TPOT first), and why; None where none helps. TTFT binding: max_utilization (more sequences
+    admitted at once) where TPOT keeps its aim there, else chunked prefill (a prompt starts in an iteration's
+    leftover token budget), else a larger KV share, else a bounded queue (a request that would wait past the target
+    is refused at once rather than delaying those behind it). TPOT binding: back to guaranteed_no_evict, else a
     smaller KV share that caps the running sequences where the step holds the aim."""
-    ttft, tpot, p = predicted_ms(policy, levers, load, replicas, state)
-    ttft_binds = p.saturated or ttft > 1000 * policy.ttft_aim_s
-    tpot_binds = tpot > 1000 * policy.tpot_aim_s
+    _, _, p = predicted_ms(policy, levers, load, replicas, state)
+    # Which target binds is what the window measured (the model then sizes the lever).
+    tpot_binds = obs.tpot_ms is not None and obs.tpot_ms > policy.tpot_target_ms
+    ttft_binds = not tpot_binds and obs.ttft_ms is not None and obs.ttft_ms > policy.ttft_target_ms
     one = per_replica(load, replicas)
     if tpot_binds:
         if levers.batch_scheduler_policy == "max_utilization":
@@ -599,7 +600,7 @@ def decide_generative(
     if policy.tune_levers and load is not None and over and cur >= policy.replicas_max:
         if cooling(in_force, policy, now):
             return out(cur, levers, COOLDOWN, f"{why}: short at the most replicas; cooling down", st, "cooldown")
-        change = lever_change(policy, levers, load, cur, st)
+        change = lever_change(policy, levers, load, cur, st, obs)
         if change is not None:
             if reloads_left(in_force, policy, now) < 1:
                 return out(

@@ -1,0 +1,212 @@
+"""The generative tuner (`tailtune.tuner.generative`): the model, each guard, and a sampled property against a
+Dynamo-style planner on generated traces (the whole family is bench/generative/planner.py)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from tailtune.offline.generative import family_trace, profile_replica_tokens_per_s, run_policy
+from tailtune.sim.llm import ROOFLINES, EngineConfig, TokenLengths
+from tailtune.tuner.generative import (
+    COOLDOWN,
+    INFEASIBLE,
+    LEVERS_CHANGED,
+    SCALED_IN,
+    SCALED_OUT,
+    GenEngineModel,
+    GenInForce,
+    GenLevers,
+    GenObservation,
+    GenPolicy,
+    GenPolicyError,
+    GenState,
+    Load,
+    decide_generative,
+    erlang_c,
+    levers_from_spec,
+    needed_replicas,
+    predict,
+    scale_in_target,
+    slots,
+)
+from tests.sampling import cases
+from tests.unit.factories import make_isvc
+
+L4 = EngineConfig(roofline=ROOFLINES["l4"])
+MODEL = GenEngineModel.from_engine(L4)
+POLICY = GenPolicy(ttft_target_ms=2000, tpot_target_ms=100, engine=MODEL, replicas_min=1, replicas_max=8)
+NOW = 10_000.0
+
+
+def obs(
+    rate: float = 2.0,
+    ttft: float = 400.0,
+    tpot: float = 70.0,
+    waiting: float = 0.0,
+    ready: int = 2,
+    end: float = NOW,
+    requests: int = 100,
+) -> GenObservation:
+    """A window of `rate` req/s of 600-token prompts and 200-token answers."""
+    return GenObservation(
+        window_start=end - 30,
+        window_end=end,
+        ttft_ms=ttft,
+        tpot_ms=tpot,
+        request_rate=rate,
+        prompt_tokens_per_s=600 * rate,
+        output_tokens_per_s=200 * rate,
+        waiting=waiting,
+        replicas_ready=ready,
+        requests=requests,
+    )
+
+
+def test_erlang_c_by_hand() -> None:
+    """One server: an arrival waits with probability rho; two servers at offered load 1: 1/3."""
+    assert erlang_c(1, 0.5) == pytest.approx(0.5)
+    assert erlang_c(2, 1.0) == pytest.approx(1 / 3)
+    assert erlang_c(4, 4.0) == 1.0 and erlang_c(4, 0.0) == 0.0
+
+
+def test_the_model_slows_the_step_with_load_and_saturates() -> None:
+    """More load per replica: more running sequences and a longer decode step (TPOT); past the KV cache's slots
+    the queue grows without bound. The light load's step is the roofline's weight read."""
+    light = predict(MODEL, GenLevers(), Load(0.1, 600, 200), 99)
+    heavy = predict(MODEL, GenLevers(), Load(2.0, 600, 200), 99)
+    assert light.tpot_s == pytest.approx(MODEL.decode_base_s, rel=0.05)
+    assert heavy.running > light.running and heavy.tpot_s > light.tpot_s and heavy.wait_s >= light.wait_s
+    assert predict(MODEL, GenLevers(), Load(50.0, 600, 200), 99).saturated
+
+
+def test_max_utilization_admits_more_sequences_than_guaranteed_no_evict() -> None:
+    """It reserves what a sequence holds now, not its whole length; a smaller KV share admits fewer."""
+    load = Load(1.0, 600, 400)
+    no_evict = slots(MODEL, GenLevers(), load)
+    assert slots(MODEL, GenLevers(batch_scheduler_policy="max_utilization"), load) > no_evict
+    assert slots(MODEL, GenLevers(kv_cache_free_gpu_mem_fraction=0.5), load) < no_evict
+
+
+def test_needed_replicas_grow_with_demand() -> None:
+    """Twice the demand never needs fewer replicas; a demand past every bound needs none within it."""
+    counts = [needed_replicas(POLICY, GenLevers(), Load(r, 600, 200), GenState()) for r in (0.5, 1, 2, 4, 8)]
+    assert all(c is not None for c in counts)
+    assert counts == sorted(counts) and counts[-1] > counts[0]  # type: ignore[type-var]
+    assert needed_replicas(POLICY, GenLevers(), Load(200, 600, 200), GenState()) is None
+
+
+def test_a_stale_window_holds() -> None:
+    """The same window twice: nothing new to decide on."""
+    d = decide_generative(GenState(last_window_end=NOW), GenInForce(2), obs(), POLICY, NOW)
+    assert not d.changed and d.bound_by == "stale-window"
+
+
+def test_a_rise_scales_out_at_once_even_in_the_cooldown() -> None:
+    """A scale-out asks only for what the demand needs beyond what is in force: the cooldown does not hold it."""
+    d = decide_generative(GenState(), GenInForce(1, changed_at=NOW - 5), obs(rate=6, ready=1), POLICY, NOW)
+    assert d.reason_code == SCALED_OUT and d.replicas > 1 and d.changed
+    assert "replicas hold the aim" in d.describe()
+
+
+def test_a_window_over_target_the_model_does_not_explain_adds_one() -> None:
+    """Light demand by the model, TTFT over its target measured: one replica more (measured-over-model)."""
+    d = decide_generative(GenState(), GenInForce(3), obs(rate=0.5, ttft=2500, ready=3), POLICY, NOW)
+    assert d.replicas == 4 and d.bound_by == "measured-over-model"
+
+
+def test_scale_in_waits_for_windows_within_the_aim() -> None:
+    """Little demand on 6 replicas: held until GOOD_WINDOWS_TO_SCALE_IN windows within the aim, then in."""
+    st, inf = GenState(), GenInForce(6)
+    codes = []
+    for k in range(4):
+        d = decide_generative(st, inf, obs(rate=1.0, ready=6, end=NOW + 30 * k), POLICY, NOW + 30 * k)
+        st, inf = d.state, inf.after(d, NOW + 30 * k)
+        codes.append((d.reason_code, d.bound_by))
+    assert codes[0][1] == "scale-in-confirming" and codes[1][1] == "scale-in-confirming"
+    assert codes[2][0] == SCALED_IN
+
+
+def test_scale_in_guards() -> None:
+    """No scale-in under a backlog; never below the stabilization's highest need; at most half at once."""
+    good = GenState(good_windows=5)
+    assert scale_in_target(6, 1, good, obs(waiting=20, ready=6), POLICY, NOW) == (6, "no-scale-in-under-backlog")
+    recent = replace(good, needed=((NOW - 100, 4),))
+    assert scale_in_target(6, 1, recent, obs(ready=6), POLICY, NOW) == (4, "scale-in-stabilization")
+    old = replace(good, needed=((NOW - 1000, 4),))
+    assert scale_in_target(8, 1, old, obs(ready=8), POLICY, NOW) == (4, "scale-in-by-half")
+
+
+def test_the_cooldown_holds_a_scale_in() -> None:
+    """Within spec.tuning.cooldownSeconds of the last change a scale-in waits."""
+    d = decide_generative(
+        GenState(good_windows=5), GenInForce(6, changed_at=NOW - 10), obs(rate=0.5, ready=6), POLICY, NOW
+    )
+    assert d.reason_code == COOLDOWN and d.bound_by == "cooldown" and not d.changed
+
+
+def test_at_the_bound_a_lever_moves_and_the_reload_budget_limits_it() -> None:
+    """Over TTFT at the most replicas: the levers move (one reload); with the hour's reloads spent they do not."""
+    policy = replace(POLICY, replicas_max=2)
+    o = obs(rate=8, ttft=5000, ready=2)
+    d = decide_generative(GenState(), GenInForce(2), o, policy, NOW)
+    assert d.reason_code == LEVERS_CHANGED and d.levers != GenLevers() and d.replicas == 2
+    spent = GenInForce(2, reloads=tuple(NOW - 60 * k for k in range(1, policy.reloads_per_hour + 1)))
+    d = decide_generative(GenState(), spent, o, policy, NOW)
+    assert d.reason_code == INFEASIBLE and d.bound_by == "reload-budget" and d.levers == GenLevers()
+
+
+def test_calibration_follows_a_slower_engine_and_never_goes_below_the_roofline() -> None:
+    """TPOT measured at twice the model's step: the scale moves up; faster than the roofline: it stays 1."""
+    step_ms = 1000 * predict(MODEL, GenLevers(), Load(1.0, 600, 200), 99).tpot_s
+    slow = decide_generative(GenState(), GenInForce(2), obs(tpot=min(99, 2 * step_ms)), POLICY, NOW)
+    assert slow.state.tpot_scale > 1
+    fast = decide_generative(GenState(), GenInForce(2), obs(tpot=step_ms / 2), POLICY, NOW)
+    assert fast.state.tpot_scale == 1.0
+
+
+def test_policy_from_spec_reads_the_targets_and_names_an_unknown_gpu() -> None:
+    """spec.slo.ttft/tpot and the replicas land in the policy; a GPU without a roofline is refused by field."""
+    isvc = (
+        make_isvc()
+        .backend("tensorrt")
+        .set("spec.model.kind", "generative")
+        .set("spec.slo.ttft", {"targetMs": 500, "percentile": 99})
+        .set("spec.slo.tpot", {"targetMs": 30, "percentile": 95})
+        .set("spec.serving.replicas", {"min": 1, "max": 4})
+        .obj()
+    )
+    p = GenPolicy.from_spec(isvc.spec)
+    assert (p.ttft_target_ms, p.tpot_target_ms, p.tpot_percentile, p.replicas_max) == (500, 30, 95, 4)
+    assert levers_from_spec(isvc.spec) == GenLevers()
+    with pytest.raises(GenPolicyError, match=r"spec\.serving\.gpu\.product"):
+        GenPolicy.from_spec(
+            isvc.spec.model_copy(
+                update={
+                    "serving": isvc.spec.serving.model_copy(
+                        update={"gpu": isvc.spec.serving.gpu.model_copy(update={"product": "NVIDIA-T4"})}
+                    )
+                }
+            )
+        )
+
+
+# The sampled property: on generated traces tailtune's goodput is never below the planner's.
+
+FAMILY = 40  # the family the benchmark sweeps; the suite draws `cases(FAMILY)` of it
+SHAPES = ("step", "diurnal", "bursts", "long-prompt")
+
+
+def test_tailtune_goodput_is_never_below_the_planners_on_generated_traces() -> None:
+    """Seeded traces of each shape (short, light: a small sample); the planner profiled once, as Dynamo's is."""
+    lengths = TokenLengths()
+    profile = profile_replica_tokens_per_s(L4, lengths, POLICY.tpot_target_ms / 1000, POLICY.tpot_percentile)
+    assert profile > 0
+    for k in range(cases(FAMILY)):
+        reqs = family_trace(SHAPES[k % len(SHAPES)], k, 600.0, 1.5, lengths)
+        tt = run_policy("tailtune", reqs, L4, POLICY, 1)
+        pl = run_policy("planner", reqs, L4, POLICY, 1, planner_profile=profile)
+        assert tt.goodput >= pl.goodput, (k, tt.goodput, pl.goodput)
+        assert math.isfinite(tt.replica_seconds) and tt.replica_seconds > 0
