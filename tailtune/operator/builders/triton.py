@@ -75,17 +75,22 @@ def triton_args(isvc: InferenceService) -> list[str]:
 
 
 def llm_engine_dir(isvc: InferenceService) -> str:
-    """The TensorRT-LLM engine's folder in the serving pod (the tensorrt_llm config's gpt_model_path)."""
-    return f"{ENGINE_MOUNT}/{isvc.model_name}/{MODEL_VERSION}/{ARTIFACTS[LLM_BACKEND]}"
+    """The TensorRT-LLM engine's folder in the serving pod's model repository (the tensorrt_llm config's
+    gpt_model_path), linked there from the store entry as the other backends' artifacts are."""
+    return f"/models/{isvc.model_name}/{MODEL_VERSION}/{ARTIFACTS[LLM_BACKEND]}"
 
 
 def _assemble_script(isvc: InferenceService) -> str:
     model = isvc.model_name
-    setup = f"set -e; mkdir -p /models/{model}/1; cp /config/config.pbtxt /models/{model}/config.pbtxt"
-    if isvc.spec.model.kind == "generative":
-        return setup  # the tensorrt_llm backend reads the engine where gpt_model_path says, in the store
-    artifact = ARTIFACTS[isvc.spec.engine.backend]
-    return f"{setup}; ln -sf {ENGINE_MOUNT}/{model}/1/{artifact} /models/{model}/1/{artifact}"
+    backend = LLM_BACKEND if isvc.spec.model.kind == "generative" else isvc.spec.engine.backend
+    artifact = ARTIFACTS[backend]  # a file (model.plan, model.onnx) or trtllm-build's folder (engine)
+    # -n for the folder: a rerun of the init container replaces the link instead of linking inside the store.
+    link = "ln -sfn" if backend == LLM_BACKEND else "ln -sf"
+    return (
+        f"set -e; mkdir -p /models/{model}/1; "
+        f"cp /config/config.pbtxt /models/{model}/config.pbtxt; "
+        f"{link} {ENGINE_MOUNT}/{model}/1/{artifact} /models/{model}/1/{artifact}"
+    )
 
 
 def _probe(path: str, *, period: int, failures: int) -> dict[str, Any]:

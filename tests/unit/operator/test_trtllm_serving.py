@@ -67,7 +67,7 @@ def test_the_rendered_config_parses_with_triton_s_schema_and_carries_the_spec() 
     assert cfg.dynamic_batching.default_queue_policy.max_queue_size == 64
     params = {k: v.string_value for k, v in cfg.parameters.items()}
     assert params["gpt_model_type"] == "inflight_fused_batching"
-    assert params["gpt_model_path"] == "/engines/llm/1/engine"
+    assert params["gpt_model_path"] == "/models/llm/1/engine"
     assert params["batch_scheduler_policy"] == "max_utilization"
     assert params["kv_cache_free_gpu_mem_fraction"] == "0.85"
     assert params["enable_chunked_context"] == "true"
@@ -227,7 +227,7 @@ def test_a_spec_change_of_serving_llm_reloads_the_pods_on_the_same_engine(mode: 
     assert b["Deployment"]["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
     assert desired_state(before, _succeeded(before, tmp_path)).objects == one.objects
     script = a["Deployment"]["spec"]["template"]["spec"]["initContainers"][0]["command"][2]
-    assert "ln -sf" not in script  # the backend reads the engine in the store, at gpt_model_path
+    assert "ln -sfn /engines/llm/1/engine /models/llm/1/engine" in script  # where gpt_model_path points
 
 
 def test_a_build_limit_change_builds_a_new_engine_first(tmp_path: Path) -> None:
