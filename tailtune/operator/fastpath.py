@@ -15,7 +15,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -127,16 +127,18 @@ async def watch_surges(
     cluster: WatchCluster,
     lock: asyncio.Lock,
     memory: TunerMemory | None,
-    current: Callable[[], dict[str, Any]],
+    current: Callable[[], Mapping[str, Any]],
     stopped: Callable[[], bool],
     sleep: Callable[[float], Awaitable[object]],
     reconcile: Callable[[dict[str, Any]], Awaitable[None]],
     read: PodsReader = read_pods,
+    parse: Callable[[Mapping[str, Any]], InferenceService | None] = lambda body: parse_isvc(dict(body)),
 ) -> None:
     """The fast path of one InferenceService until `stopped()`: read the ready pods every CHECK_SECONDS and, under
     the object's lock (never beside a tuner tick or a reconcile), check the object as last seen (`current`, kopf's
-    body); reconcile after a scale-out. The pods' addresses are looked up (an API read) only when the ready count in
-    status moves: at rest the fast path sends the API server nothing."""
+    body, parsed by `parse`: once per version in the operator); reconcile after a scale-out. The pods' addresses are
+    looked up (an API read) only when the ready count in status moves: at rest the fast path sends the API server
+    nothing."""
     fast = FastPath()
     ips: tuple[str, ...] = ()
     silent: set[str] = set()
@@ -145,7 +147,7 @@ async def watch_surges(
     while not stopped():
         started = time.monotonic()
         try:
-            isvc = parse_isvc(current())
+            isvc = parse(current())
             serving = isvc is not None and isvc.spec.tuning.enabled and isvc.status.replicas.ready >= 1
             if isvc is not None and serving and isvc.status.replicas.ready != ready_seen:
                 observed = await cluster.observe(isvc, engine_cache_key(isvc), job_report=False, pod_ips=True)
@@ -158,7 +160,7 @@ async def watch_surges(
                 readings = await loop.run_in_executor(_READS, read, live, isvc.model_name, datetime.now(UTC))
                 silent |= set(live) - {r.pod for r in readings}
                 async with lock:
-                    latest = parse_isvc(current()) or isvc
+                    latest = parse(current()) or isvc
                     at = max((r.at for r in readings), default=datetime.now(UTC))  # the check is as of its reads
                     decision = await fast_check(latest, cluster, fast, readings, memory, at)
                     if decision is not None and decision.scale_out:

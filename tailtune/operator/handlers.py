@@ -35,6 +35,7 @@ from tailtune.operator.status import (
 )
 from tailtune.operator.ticks import FleetReads, read_request, seconds_to_next_tick, tick_phase
 from tailtune.operator.tuning import parse_isvc, slo_condition_moved, tune_step
+from tailtune.operator.watched import ParsedBodies
 from tailtune.triton.stats import BatchStatsReader
 from tailtune.tuner.prom import HttpPromClient, PodWindow, Target, read_pod_windows
 
@@ -83,6 +84,8 @@ class State:
         # Objects another shard serves (`operator --shard`), as a read of one found: their children's events are not
         # followed by a read of the owner each time. An object relabelled into this shard leaves it (`on_change`).
         self.foreign: set[tuple[str, str]] = set()
+        # Each object's body parsed once per version (the tick and the fast path read it again and again at rest).
+        self.parsed: ParsedBodies[InferenceService | None] = ParsedBodies(parse_isvc)
 
     async def current(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The object as the watch shows it, or as our own later write left it (`watched.WriteEchoes`); a GET only
@@ -341,7 +344,7 @@ async def tuner_tick(state: State, namespace: str, name: str) -> float:
             now = datetime.now(UTC)
             # Again under the lock: a reconcile may have moved the object while Prometheus answered.
             raw = await state.current(namespace, name)
-            isvc = parse_isvc(raw) if raw else None
+            isvc = state.parsed(raw) if raw else None
             if isvc is None or not isvc.spec.tuning.enabled:
                 return RESYNC_SECONDS
             interval = float(isvc.spec.tuning.interval_seconds)
@@ -355,7 +358,7 @@ async def tuner_tick(state: State, namespace: str, name: str) -> float:
             # own annotations), when the new latency moves SLOMet, or a rollout moves status.rollout (status,
             # which reconcile writes).
             fresh = await state.current(namespace, name)  # with what this tick wrote
-            fresh_isvc = parse_isvc(fresh) if fresh else None
+            fresh_isvc = state.parsed(fresh) if fresh else None
             status_moves = fresh_isvc is not None and (
                 slo_condition_moved(fresh_isvc, fresh_isvc.status.latency)
                 or rollout_status(fresh_isvc) != fresh_isvc.status.rollout
@@ -470,6 +473,6 @@ async def surge_watch(
         record_outcome(ns, name, await reconcile(raw, state.cluster, datetime.now(UTC)))
 
     await watch_surges(
-        state.cluster, state.locks[(ns, name)], state.memory, lambda: dict(body), lambda: bool(stopped), stopped.wait,
-        reconciled,
+        state.cluster, state.locks[(ns, name)], state.memory, lambda: body, lambda: bool(stopped), stopped.wait,
+        reconciled, parse=state.parsed,
     )  # fmt: skip

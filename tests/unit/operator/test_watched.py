@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tailtune.operator.watched import ECHO_TIMEOUT_SECONDS, ChildVersions, PodIps, WriteEchoes
+from tailtune.operator.watched import ECHO_TIMEOUT_SECONDS, ChildVersions, ParsedBodies, PodIps, WriteEchoes
 
 KEY = ("ml", "svc")
 
@@ -75,3 +75,23 @@ def test_a_resync_re_applies_only_children_the_watch_has_not_shown_as_applied() 
     assert not children.as_applied(KEY)
     children.forget(KEY)
     assert not children.as_applied(KEY) and not children.applied and not children.seen
+
+
+def test_a_body_is_parsed_once_per_version() -> None:
+    """Caught: the fast path's check every 2 s and the tick's three reads validated the same version of the body into
+    the API's model each time (the most of the operator's CPU at rest, sampled at 300 objects)."""
+    parses: list[str] = []
+
+    def parse(raw: dict[str, Any]) -> str:
+        parses.append(raw["metadata"]["resourceVersion"])
+        return str(raw["metadata"]["annotations"])
+
+    parsed = ParsedBodies(parse)
+    first = {**body("5", a="1"), "metadata": {**body("5", a="1")["metadata"], "uid": "u1"}}
+    assert parsed(first) == parsed(dict(first)) == "{'a': '1'}"
+    assert parses == ["5"]
+    moved = {**first, "metadata": {**first["metadata"], "resourceVersion": "6", "annotations": {"a": "2"}}}
+    assert parsed(moved) == "{'a': '2'}" and parses == ["5", "6"]
+    assert parsed(body("7")) == parsed(body("7")) and parses == ["5", "6", "7", "7"]  # no uid: parsed every time
+    parsed.forget("u1")
+    assert parsed(moved) == "{'a': '2'}" and parses[-1] == "6" and len(parses) == 5
