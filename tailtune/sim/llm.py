@@ -479,7 +479,7 @@ class LlmFleet:
         live = self.live()
         for _ in range(n - len(live)):
             self._add(self.config, ready_at=self.now + self.start_seconds)
-        for r in sorted(live, key=lambda r: r.created_at, reverse=True)[: max(0, len(live) - n)]:
+        for r in sorted(live, key=lambda r: (r.created_at, r.rid), reverse=True)[: max(0, len(live) - n)]:
             r.retire_at = self.now
         self._retire_empty()
 
