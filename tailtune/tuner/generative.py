@@ -207,16 +207,6 @@ class GenPolicy:
             tune_levers=spec.tuning.enabled,
         )
 
-    @property
-    def ttft_aim_s(self) -> float:
-        """TTFT the law aims at (the target times the headroom)."""
-        return self.headroom * self.ttft_target_ms / 1000
-
-    @property
-    def tpot_aim_s(self) -> float:
-        """TPOT the law aims at."""
-        return self.headroom * self.tpot_target_ms / 1000
-
 
 def levers_from_spec(spec: InferenceServiceSpec) -> GenLevers:
     """The levers spec.serving.llm sets (the backend's defaults where unset)."""
@@ -377,10 +367,27 @@ def predicted_ms(
     return 1000 * ttft, 1000 * state.tpot_scale * p.tpot_s, p
 
 
+def aims_ms(policy: GenPolicy, load: Load | None, state: GenState) -> tuple[float, float]:
+    """The TTFT and TPOT (ms) the law aims at: spec.tuning.headroom of the way from the floor no replica count
+    moves (a lone request's calibrated prefill and step for TTFT, the calibrated weight read of a step for TPOT) to
+    the target. The headroom is room for what load moves: scaling the hardware's floor by it too would buy replicas
+    for latency that replicas do not change (TPOT is mostly that floor: the weight read)."""
+    e = policy.engine
+    prompt = load.prompt_mean if load is not None else 0.0
+    floors = (
+        1000 * state.ttft_scale * (prompt * e.prefill_s_per_token + e.decode_base_s),
+        1000 * state.tpot_scale * e.decode_base_s,
+    )
+    targets = (policy.ttft_target_ms, policy.tpot_target_ms)
+    a, b = (f + policy.headroom * (t - f) if t > f else t for f, t in zip(floors, targets, strict=True))
+    return a, b
+
+
 def holds_aim(policy: GenPolicy, levers: GenLevers, load: Load, replicas: int, state: GenState) -> bool:
     """Both targets within the aim at `replicas`, by the calibrated model."""
     ttft, tpot, p = predicted_ms(policy, levers, load, replicas, state)
-    return not p.saturated and ttft <= 1000 * policy.ttft_aim_s and tpot <= 1000 * policy.tpot_aim_s
+    ttft_aim, tpot_aim = aims_ms(policy, load, state)
+    return not p.saturated and ttft <= ttft_aim and tpot <= tpot_aim
 
 
 def needed_replicas(policy: GenPolicy, levers: GenLevers, load: Load, state: GenState) -> int | None:
@@ -483,7 +490,8 @@ def lever_change(
         # The running sequences whose step holds the TPOT aim, and the KV share that admits no more.
         ctx = one.prompt_mean + one.output_mean / 2
         e = policy.engine
-        cap = (policy.tpot_aim_s / state.tpot_scale - e.decode_base_s) / (e.decode_s_per_context_token * ctx)
+        tpot_aim_s = aims_ms(policy, load, state)[1] / 1000
+        cap = (tpot_aim_s / state.tpot_scale - e.decode_base_s) / (e.decode_s_per_context_token * ctx)
         per_seq = one.prompt_mean + one.output_mean + e.tokens_per_block / 2
         frac = max(policy.kv_fraction_min, cap * per_seq / e.kv_tokens_at_full_fraction)
         if frac < levers.kv_cache_free_gpu_mem_fraction - 0.01:
@@ -498,7 +506,7 @@ def lever_change(
     if levers.batch_scheduler_policy == "guaranteed_no_evict":
         packed = replace(levers, batch_scheduler_policy="max_utilization")
         _, tpot_packed, pp = predicted_ms(policy, packed, load, replicas, state)
-        if tpot_packed <= 1000 * policy.tpot_aim_s and pp.slots > p.slots:
+        if tpot_packed <= aims_ms(policy, load, state)[1] and pp.slots > p.slots:
             return packed, "TTFT binds and TPOT has room: max_utilization admits more sequences"
     if not levers.enable_chunked_context:
         return replace(levers, enable_chunked_context=True), "TTFT binds: chunked prefill"
@@ -521,12 +529,12 @@ def decide_generative(
 ) -> GenDecision:
     """Decide the replicas and levers for the next interval.
 
-    Replicas first: the fewest whose calibrated TTFT and TPOT hold the aim at the window's demand (a backlog to
-    drain within an interval on top); out at once (a scale-out is not held by the cooldown: it asks only for what
-    the model says the demand needs beyond what is in force), in only after the guards of `scale_in_target`. A
-    window over a target whose demand the model says the replicas carry adds one replica (the model misses a
-    cause). The levers move only at the replica bound (`lever_change`), outside the cooldown and within the
-    reload budget."""
+    Replicas first: the fewest whose calibrated TTFT and TPOT hold the aim (`aims_ms`) at the window's demand (a
+    backlog to drain within DRAIN_INTERVALS on top); out at once (a scale-out is not held by the cooldown: it asks
+    only for what the model says the demand needs beyond what is in force), in only after the guards of
+    `scale_in_target`. A window over a target without a backlog, whose demand the model says the replicas carry,
+    adds one replica (the model misses a cause; a backlog's TTFT is the drain's to answer). The levers move only at
+    the replica bound (`lever_change`), outside the cooldown and within the reload budget."""
     levers = in_force.levers
     cur = in_force.replicas
 
@@ -547,12 +555,10 @@ def decide_generative(
     # Within the aim and no backlog: a window that allows a scale-in (the model then says how far). The aim, not a
     # band below it: TPOT is the decode step's and moves little with the replicas, so a band under the aim on it
     # would keep every replica for good.
+    ttft_aim, tpot_aim = aims_ms(policy, load_of(obs, policy, False), st)
     comfortable = backlog(obs) == 0 and (
         not enough
-        or (
-            (obs.ttft_ms is None or obs.ttft_ms <= 1000 * policy.ttft_aim_s)
-            and (obs.tpot_ms is None or obs.tpot_ms <= 1000 * policy.tpot_aim_s)
-        )
+        or ((obs.ttft_ms is None or obs.ttft_ms <= ttft_aim) and (obs.tpot_ms is None or obs.tpot_ms <= tpot_aim))
     )
     st = replace(
         st,
@@ -576,7 +582,7 @@ def decide_generative(
     st = replace(st, needed=(*keep, (now, need if need is not None else policy.replicas_max)))
     bound = ""
     want = need if need is not None else policy.replicas_max
-    if over and want <= cur and obs.replicas_ready >= cur and cur < policy.replicas_max:
+    if over and backlog(obs) == 0 and want <= cur and obs.replicas_ready >= cur and cur < policy.replicas_max:
         want, bound = cur + 1, "measured-over-model"
     want = max(policy.replicas_min, min(policy.replicas_max, want))
     if want > cur:

@@ -24,6 +24,7 @@ from tailtune.tuner.generative import (
     GenPolicyError,
     GenState,
     Load,
+    aims_ms,
     decide_generative,
     erlang_c,
     levers_from_spec,
@@ -115,6 +116,21 @@ def test_a_window_over_target_the_model_does_not_explain_adds_one() -> None:
     """Light demand by the model, TTFT over its target measured: one replica more (measured-over-model)."""
     d = decide_generative(GenState(), GenInForce(3), obs(rate=0.5, ttft=2500, ready=3), POLICY, NOW)
     assert d.replicas == 4 and d.bound_by == "measured-over-model"
+
+
+def test_a_backlog_is_the_drains_not_measured_over_model() -> None:
+    """TTFT over target with sequences waiting: the drain term sizes it, no blind extra replica."""
+    d = decide_generative(GenState(), GenInForce(3), obs(rate=0.5, ttft=2500, waiting=30, ready=3), POLICY, NOW)
+    assert d.bound_by != "measured-over-model"
+
+
+def test_the_aim_keeps_the_floor_replicas_do_not_move() -> None:
+    """The headroom applies above the hardware's floor: TPOT's aim is the weight read plus the headroom's share of
+    the rest; a target under the floor is aimed at as it is."""
+    _, tpot_aim = aims_ms(POLICY, Load(1.0, 600, 200), GenState())
+    floor = 1000 * MODEL.decode_base_s
+    assert tpot_aim == pytest.approx(floor + POLICY.headroom * (100 - floor))
+    assert aims_ms(replace(POLICY, tpot_target_ms=floor / 2), None, GenState())[1] == pytest.approx(floor / 2)
 
 
 def test_scale_in_waits_for_windows_within_the_aim() -> None:
