@@ -333,6 +333,8 @@ def run_one(
         )  # fmt: skip
         procs.append(op)
         wait_http(op_metrics, 60)
+        if trace_out is not None:
+            os.kill(op.pid, signal.SIGUSR1)  # the census before any object
         log(f"N={count}: exporter :{exporter_port}, Prometheus :{prom_port}, operator pid {op.pid}")
 
         t0 = time.monotonic()
@@ -375,7 +377,7 @@ def run_one(
         if args.py_spy:  # where the operator's time goes at rest: collapsed stacks over the steady window
             spy = subprocess.Popen(
                 [args.py_spy, "record", "--pid", str(op.pid), "--duration", str(args.steady_seconds - 5),
-                 "--rate", "20", "--format", "raw", "--output", str(workdir / "py-spy.txt")],
+                 "--rate", "20", "--gil", "--format", "raw", "--output", str(workdir / "py-spy.txt")],
                 stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
             )  # fmt: skip
         time.sleep(args.steady_seconds)
