@@ -133,12 +133,15 @@ async def watch_surges(
     reconcile: Callable[[dict[str, Any]], Awaitable[None]],
     read: PodsReader = read_pods,
     parse: Callable[[Mapping[str, Any]], InferenceService | None] = lambda body: parse_isvc(dict(body)),
+    idle: Callable[[float], Awaitable[object]] | None = None,
 ) -> None:
     """The fast path of one InferenceService until `stopped()`: read the ready pods every CHECK_SECONDS and, under
     the object's lock (never beside a tuner tick or a reconcile), check the object as last seen (`current`, kopf's
     body, parsed by `parse`: once per version in the operator); reconcile after a scale-out. The pods' addresses are
     looked up (an API read) only when the ready count in status moves: at rest the fast path sends the API server
-    nothing."""
+    nothing. With nothing to read (no pod serves, or every ready pod is silent until its retry) it waits in `idle`
+    (which returns early when the pods may have moved: the operator wakes it on an event of the Deployment or a spec
+    change) until the retry, instead of waking every CHECK_SECONDS to find the same."""
     fast = FastPath()
     ips: tuple[str, ...] = ()
     silent: set[str] = set()
@@ -146,6 +149,7 @@ async def watch_surges(
     loop = asyncio.get_running_loop()
     while not stopped():
         started = time.monotonic()
+        live: tuple[str, ...] = ()
         try:
             isvc = parse(current())
             serving = isvc is not None and isvc.spec.tuning.enabled and isvc.status.replicas.ready >= 1
@@ -172,4 +176,7 @@ async def watch_surges(
         except Exception:  # never let one failed check end the loop: the next check reads again
             metrics.ERRORS.labels("fastpath").inc()  # what an alert on tailtune_errors sees
             log.exception("fast path: check failed")
-        await sleep(max(0.0, CHECK_SECONDS - (time.monotonic() - started)))
+        if live or idle is None:
+            await sleep(max(0.0, CHECK_SECONDS - (time.monotonic() - started)))
+        else:
+            await idle(max(CHECK_SECONDS - (time.monotonic() - started), retried + SILENT_RETRY_SECONDS - started))

@@ -86,6 +86,9 @@ class State:
         self.foreign: set[tuple[str, str]] = set()
         # Each object's body parsed once per version (the tick and the fast path read it again and again at rest).
         self.parsed: ParsedBodies[InferenceService | None] = ParsedBodies(parse_isvc)
+        # Set by an event of the object's Deployment (a pod ready or gone) or a spec change: the fast path, idle while
+        # it has no pod to read, looks again (`fastpath.watch_surges`).
+        self.pods_moved: defaultdict[tuple[str, str], asyncio.Event] = defaultdict(asyncio.Event)
 
     async def current(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The object as the watch shows it, or as our own later write left it (`watched.WriteEchoes`); a GET only
@@ -220,6 +223,7 @@ async def on_change(namespace: str | None, name: str, body: kopf.Body, memo: Any
     try:
         await run_reconcile(memo, namespace or "default", name, body=dict(body))
         _state(memo).wake[(namespace or "default", name)].set()
+        _state(memo).pods_moved[(namespace or "default", name)].set()
     except ApiException as exc:
         delay = min(RETRY_MAX_SECONDS, 10.0 * 2**retry)
         raise kopf.TemporaryError(f"{namespace}/{name}: API server: {exc.status} {exc.reason}", delay=delay) from exc
@@ -305,6 +309,8 @@ async def child_changed(body: kopf.Body, type: str | None, memo: Any, logger: ko
             await run_reconcile(memo, namespace, name, force_if=drifted)
         except ApiException as exc:
             log.warning("reconcile %s/%s after child event: %s %s", namespace, name, exc.status, exc.reason)
+        if kind == "Deployment":  # after the reconcile: the ready count it wrote is what the fast path reads
+            _state(memo).pods_moved[(namespace, name)].set()
 
 
 class PodWindows:
@@ -472,7 +478,12 @@ async def surge_watch(
     async def reconciled(raw: dict[str, Any]) -> None:
         record_outcome(ns, name, await reconcile(raw, state.cluster, datetime.now(UTC)))
 
-    await watch_surges(
-        state.cluster, state.locks[(ns, name)], state.memory, lambda: body, lambda: bool(stopped), stopped.wait,
-        reconciled, parse=state.parsed,
-    )  # fmt: skip
+    key = (ns, name)
+    try:
+        await watch_surges(
+            state.cluster, state.locks[key], state.memory, lambda: state.cluster.freshest(ns, name, body),
+            lambda: bool(stopped), stopped.wait, reconciled, parse=state.parsed,
+            idle=lambda seconds: next_tick(stopped, state.pods_moved[key], seconds),
+        )  # fmt: skip
+    finally:
+        state.pods_moved.pop(key, None)

@@ -14,7 +14,7 @@ import pytest
 
 from tailtune.api.keys import APPLIED_ANNOTATION, TUNER_STATE_ANNOTATION
 from tailtune.api.v1alpha1 import InferenceService, ObjectMeta
-from tailtune.operator.fastpath import fast_check, read_pods, watch_surges
+from tailtune.operator.fastpath import SILENT_RETRY_SECONDS, fast_check, read_pods, watch_surges
 from tailtune.operator.inforce import tuner_state_annotation
 from tailtune.operator.observed import DeploymentObservation, Observed
 from tailtune.tuner.loop import FastPath
@@ -177,3 +177,49 @@ def test_the_loop_reads_every_check_and_reconciles_after_a_scale_out() -> None:
     # (The fake object never takes the annotations: each surging check scales out from the one replica again.)
     assert cluster.events and {r for _, r, _ in cluster.events} == {SURGE_SCALE_OUT}
     assert reconciled == [raw] * len(cluster.events)
+
+
+def test_with_every_pod_silent_the_loop_idles_until_the_retry() -> None:
+    """Caught: with no pod answering (kwok's pods run no Triton; a hung Triton) every object's fast path still woke
+    every 2 s to find nothing to read: the most of the operator's event-loop work at rest at 200 objects (py-spy)."""
+    isvc = _isvc()
+    raw = isvc.model_dump(mode="json", by_alias=True)
+    observed = Observed(deployment=DeploymentObservation(replicas=1, ready_replicas=1, ready_pod_ips=("10.0.0.5",)))
+
+    class Cluster(FakeCluster):
+        async def observe(self, isvc: InferenceService, job_name: str, **_: object) -> Observed:
+            return observed
+
+    checks = iter(range(3))
+    slept: list[tuple[str, float]] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(("check", seconds))
+
+    async def idle(seconds: float) -> None:
+        slept.append(("idle", seconds))
+
+    def silent(ips: object, model: str, at: datetime) -> tuple[PodReading, ...]:
+        return ()
+
+    async def reconcile(raw: object) -> None:
+        raise AssertionError("nothing to reconcile")
+
+    asyncio.run(
+        watch_surges(
+            Cluster(),
+            asyncio.Lock(),
+            None,
+            lambda: raw,
+            lambda: next(checks, None) is None,
+            sleep,
+            reconcile,
+            silent,
+            idle=idle,
+        )
+    )
+    # The read that found the pod silent is followed by the usual check interval; then nothing is left to read and
+    # the loop idles until the silent pod's retry, a minute after the first read (less the time the checks took).
+    assert slept[0][0] == "check"
+    assert [kind for kind, _ in slept[1:]] == ["idle", "idle"]
+    assert all(SILENT_RETRY_SECONDS - 5 < seconds <= SILENT_RETRY_SECONDS for _, seconds in slept[1:])
