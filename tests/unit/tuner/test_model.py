@@ -232,3 +232,70 @@ def test_a_request_left_over_from_a_full_batch_is_predicted_past_two_batches() -
                 capped.append(predict(t, max_batch, 0, 1, rate).p_ms <= 2.0001 * t(max_batch))
     assert len(capped) >= floor(40, 40)
     assert np.mean(capped) <= 0.15, (sum(capped), len(capped))
+
+
+def _simulated_with_delay(t: Fn, max_batch: int, delay_us: int, instances: int, rate: float, seed: int) -> float:
+    """P99 (ms) of one replica with a queue delay over 12,000 Poisson arrivals, the first tenth left out."""
+    from tailtune.api.v1alpha1 import Batching
+    from tailtune.sim.batcher import Replica
+
+    arrivals = np.cumsum(np.random.default_rng(seed).exponential(1.0 / rate, 12_000))
+    batching = Batching(max_batch_size=max_batch, max_queue_delay_microseconds=delay_us)
+    replica = Replica([0.0] + [t(b) for b in range(1, max_batch + 1)], batching, instances=instances)
+    replica.add_arrivals(arrivals)
+    end = float(arrivals[-1])
+    replica.run_until(end + 60.0)
+    return float(np.percentile(replica.window(0.1 * end, end + 60.0).latency_s * 1000, 99))
+
+
+def test_n_instances_on_one_device_with_a_delay_track_the_simulator() -> None:
+    """1, 2 or 4 instances on one device, max batch 4-32, a queue delay of 0, 1/4, 1/2 or 1 full batch's time (the
+    delays the law tries with several instances), a load 0.2-0.8 of capacity: the P99 `predict(...,
+    delay_windows=True)` gives is within 0.55-2x the simulator's, and with a delay nearer it than the default in
+    the median. Measured on the whole family (300 cases): 0.57-1.68, median 1.10 (the low end at delay 0, one
+    instance: the greedy model, unchanged); with a delay (217 cases) 0.82-1.68, median 1.14, where the default (the
+    greedy fixed point, which counts the delay into every cycle) gives 0.82-4.02, median 1.51. Loads to 0.95:
+    bench/tuner/instances.py."""
+    rng = np.random.default_rng(3838)
+    rows = []
+    for case in range(cases(300)):
+        t = make_curve(rng, KINDS[case % len(KINDS)])
+        max_batch = int(rng.choice([4, 8, 16, 32]))
+        instances = int(rng.choice([1, 2, 4]))
+        share = float(rng.choice([0.0, 0.25, 0.5, 1.0]))
+        delay = int(share * t(max_batch) * 1000)
+        rate = float(rng.uniform(0.2, 0.8)) * model_capacity(t, max_batch, delay)
+        simulated = _simulated_with_delay(t, max_batch, delay, instances, rate, case)
+        windows = predict(t, max_batch, delay, instances, rate, delay_windows=True).p_ms / simulated
+        greedy = predict(t, max_batch, delay, instances, rate).p_ms / simulated
+        rows.append((round(windows, 2), round(greedy, 2), instances, share, max_batch))
+    ratios = np.array([r[0] for r in rows])
+    assert ratios.min() >= 0.55 and ratios.max() <= 2.0, sorted(rows)[:3] + sorted(rows)[-3:]
+    delayed = [r for r in rows if r[3] > 0]
+    assert len(delayed) >= floor(3, 150), rows
+    closer = np.median([abs(math.log(r[0])) for r in delayed]) <= np.median([abs(math.log(r[1])) for r in delayed])
+    assert closer, delayed
+
+
+def test_with_several_instances_a_delay_closes_windows_of_one_plus_lambda_d() -> None:
+    """The mechanism the windows rest on, in the simulator: with 2-4 instances on one device that keeps up, a batch
+    holds the first request after a dispatch and what arrives within the delay (1 + lambda D, below max batch),
+    whatever t(b); the model's mean batch says the same."""
+    from tailtune.api.v1alpha1 import Batching
+    from tailtune.sim.batcher import Replica
+
+    def t(b: float) -> float:
+        return 2.0 + 0.3 * math.pow(b, 1.3)
+
+    for instances, delay_ms, rate in ((2, 7.3, 500.0), (4, 14.6, 800.0), (4, 7.3, 900.0)):
+        arrivals = np.cumsum(np.random.default_rng(instances).exponential(1.0 / rate, 20_000))
+        batching = Batching(max_batch_size=32, max_queue_delay_microseconds=int(delay_ms * 1000))
+        replica = Replica([0.0] + [t(b) for b in range(1, 33)], batching, instances=instances)
+        replica.add_arrivals(arrivals)
+        replica.run_until(float(arrivals[-1]) + 10.0)
+        batch = replica.window(0.0, float(arrivals[-1]) + 10.0).batch
+        per_execution = len(batch) / float(np.sum(1.0 / batch))
+        expected = 1.0 + rate / 1000.0 * delay_ms
+        assert abs(per_execution / expected - 1.0) <= 0.05, (instances, per_execution, expected)
+        predicted = predict(t, 32, delay_ms * 1000, instances, rate, delay_windows=True).mean_batch
+        assert abs(predicted / expected - 1.0) <= 0.02, (instances, predicted, expected)
