@@ -19,6 +19,7 @@ from tailtune.api import GROUP, KIND, PLURAL, VERSION, InferenceService
 from tailtune.api.keys import LAST_HANDLED_KEY, MANAGED_BY, MANAGED_BY_LABEL, PREFIX
 from tailtune.api.v1alpha1 import Tuning
 from tailtune.operator import metrics
+from tailtune.operator.allocator import trim_forever
 from tailtune.operator.atrest import TunerMemory
 from tailtune.operator.fastpath import watch_surges
 from tailtune.operator.kube import API_CONCURRENCY, ApiException, KubeCluster, load_config
@@ -132,6 +133,8 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=API_CONCURRENCY))
     cluster = KubeCluster(load_config())
     memo["tailtune"] = State(cluster)
+    # What the busiest moments (a fleet created or re-listed at once) freed goes back to the OS (`allocator`).
+    memo["allocator"] = asyncio.create_task(trim_forever(), name="tailtune-allocator-trim")
     # Hand edits of the ConfigMap and the Service are seen only with list/watch on them; kopf starts its
     # watchers after this handler, so watching is registered here, where the credentials can be asked.
     # Restricted to namespaces (`tailtune operator --namespace`, the chart's watchNamespaces), kopf watches each
