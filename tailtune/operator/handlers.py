@@ -54,6 +54,10 @@ BUILD_CHECK_SECONDS = 10.0
 SERVING_CHECK_SECONDS = 10.0
 SERVING_CHILD_RESOURCES = ("configmaps", "services")  # watched for drift when the credentials allow it
 SERVING_CHILD_KINDS = {"configmaps": "ConfigMap", "services": "Service"}
+# Reconciles of kopf's events and timers in flight at once: as many as the API client has threads and connections
+# (API_CONCURRENCY); more would only wait for one of them with their manifests and answers held. A tuner tick's or the
+# fast path's reconcile (under the object's lock, after a decision) does not wait for this.
+RECONCILES_AT_ONCE = API_CONCURRENCY
 # How long kopf waits for a daemon or timer told to stop (the object deleted) to end on its own before it cancels it
 # or polls it again: the upper end of what kopf's docs advise (0.001-0.1 s). Ours end within it: the tuner leaves its
 # tick at once, a timer's reconcile of a deleted object returns before any API call.
@@ -90,6 +94,9 @@ class State:
         # Set by an event of the object's Deployment (a pod ready or gone) or a spec change: the fast path, idle while
         # it has no pod to read, looks again (`fastpath.watch_surges`).
         self.pods_moved: defaultdict[tuple[str, str], asyncio.Event] = defaultdict(asyncio.Event)
+        # Reconciles in flight at once (`run_reconcile`): a fleet created at once otherwise holds every object's
+        # manifests and answers in memory while each waits for one of the API client's threads.
+        self.reconciling = asyncio.Semaphore(RECONCILES_AT_ONCE)
 
     async def current(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The object as the watch shows it, or as our own later write left it (`watched.WriteEchoes`); a GET only
@@ -180,12 +187,13 @@ async def run_reconcile(
             if force_why:  # "": the caller's routine (the resync), not worth a line per object
                 log.info("%s/%s: %s: re-applying", namespace, name, force_why)
             force = True
-        with metrics.RECONCILE_DURATION.time():
-            try:
-                outcome = await reconcile(raw, state.cluster, datetime.now(UTC), force=force)
-            except Exception:
-                metrics.RECONCILES.labels("error").inc()
-                raise
+        async with state.reconciling:
+            with metrics.RECONCILE_DURATION.time():
+                try:
+                    outcome = await reconcile(raw, state.cluster, datetime.now(UTC), force=force)
+                except Exception:
+                    metrics.RECONCILES.labels("error").inc()
+                    raise
     record_outcome(namespace, name, outcome)
 
 
