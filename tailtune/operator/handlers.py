@@ -22,6 +22,8 @@ from tailtune.operator import metrics
 from tailtune.operator.allocator import trim_forever
 from tailtune.operator.atrest import TunerMemory
 from tailtune.operator.fastpath import watch_surges
+from tailtune.operator.generative import forget as forget_generative
+from tailtune.operator.generative import generative_tick, is_generative
 from tailtune.operator.kube import API_CONCURRENCY, ApiException, KubeCluster, load_config
 from tailtune.operator.reconcile import Outcome, reconcile, rollout_status
 from tailtune.operator.shard import ShardSelector
@@ -349,6 +351,12 @@ async def tuner_tick(state: State, namespace: str, name: str) -> float:
     key = (namespace, name)
     raw = await state.current(namespace, name)
     isvc = parse_isvc(raw) if raw else None
+    if isvc is not None and is_generative(isvc):  # TTFT/TPOT: status and its own tuner (tailtune.operator.generative)
+
+        async def reconciled(fresh: dict[str, Any]) -> None:
+            record_outcome(namespace, name, await reconcile(fresh, state.cluster, datetime.now(UTC)))
+
+        return await generative_tick(state, namespace, name, parse_isvc, reconciled) or RESYNC_SECONDS
     if isvc is None or not isvc.spec.tuning.enabled:
         return RESYNC_SECONDS
     interval = float(isvc.spec.tuning.interval_seconds)
@@ -429,6 +437,7 @@ async def tuner(
         state.cluster.echoes.forget(key)
         state.cluster.pod_ips.forget(key)
         state.memory.forget(uid)  # deleted, or no longer this process's to tune: its annotation is the truth
+        forget_generative(uid)
 
 
 async def _tune_until_stopped(
@@ -482,8 +491,8 @@ async def surge_watch(
 ) -> None:
     """The surge fast path of one InferenceService: every few seconds, beside the tuner, scale out at once when the
     ready pods' queues outgrow the SLO."""
-    if os.environ.get(FAST_PATH_ENV, "1") == "0":
-        return
+    if os.environ.get(FAST_PATH_ENV, "1") == "0" or body.get("spec", {}).get("model", {}).get("kind") == "generative":
+        return  # a generative service's replicas are its own tuner's (tailtune.operator.generative)
     state, ns = _state(memo), namespace or "default"
 
     async def reconciled(raw: dict[str, Any]) -> None:

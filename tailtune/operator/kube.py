@@ -19,7 +19,7 @@ from kubernetes.client.rest import ApiException  # re-exported for the handlers
 
 from tailtune.api import API_VERSION, GROUP, KIND, PLURAL, VERSION, InferenceService, InferenceServiceStatus
 from tailtune.api.keys import DESIRED_HASH_ANNOTATION, JOB_NAME_LABEL
-from tailtune.api.v1alpha1 import Condition, LatencyStatus, ObjectMeta
+from tailtune.api.v1alpha1 import Condition, GenerativeStatus, LatencyStatus, ObjectMeta
 from tailtune.operator.builders.common import Manifest, deployment_name, selector
 from tailtune.operator.builders.engine_job import ENGINE_BUILD
 from tailtune.operator.builders.triton import COMPONENT
@@ -347,6 +347,19 @@ class KubeCluster:
         answer = await asyncio.to_thread(
             self.custom.patch_namespaced_custom_object_status, GROUP, VERSION, meta.namespace, PLURAL, meta.name, body
         )
+        self._wrote(meta, answer)
+
+    async def patch_generative(
+        self, meta: ObjectMeta, generative: GenerativeStatus, conditions: list[Condition] | None = None
+    ) -> None:
+        """Merge-patch status.generative (a generative service's tick) and, given, the conditions (its SLOMet)."""
+        status: dict[str, Any] = {"generative": generative.model_dump(by_alias=True, mode="json")}
+        if conditions is not None:
+            status["conditions"] = [c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in conditions]
+        answer = await asyncio.to_thread(
+            self.custom.patch_namespaced_custom_object_status, GROUP, VERSION, meta.namespace, PLURAL, meta.name,
+            {"status": status},
+        )  # fmt: skip
         self._wrote(meta, answer)
 
     async def emit_event(self, meta: ObjectMeta, type_: str, reason: str, message: str) -> None:

@@ -35,6 +35,7 @@ from tailtune.operator.engine import (
     report_recorded,
     service_time_status,
 )
+from tailtune.operator.generative import carry_into
 from tailtune.operator.inforce import in_force as config_in_force
 from tailtune.operator.inforce import tuner_state
 from tailtune.operator.modelconfig import EngineIOUnknown, TensorMismatch, model_config_pbtxt
@@ -237,6 +238,7 @@ async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime, *,
         or (desired.serving_problem is not None and observed.deployment is not None),
         now=now,
     )
+    status = carry_into(isvc, status)  # a generative service's SLOMet and figures are its tick's
     moved = await _write_if_changed(isvc, status, cluster)
     engine_ready = any(c.type == st.ENGINE_READY and c.status == "True" for c in status.conditions)
     if engine_ready and (force or any(c.type == st.ENGINE_READY for c in moved)):
