@@ -1,6 +1,8 @@
 """`tailtune demo`: the whole loop on one machine, every part real except the GPU.
 
-    python -m devkit.demo [--quick | --duration S] [--low-rps R] [--high-rps R] [--out DIR]
+    python -m devkit.demo [--quick | --duration S] [--low-rps R] [--high-rps R] [--out DIR] [--generative]
+
+With --generative, a generative service (examples/demo-generative.yaml) on the EMULATED LLM: devkit.llm.demo.
 
 Runs from a tailtune checkout (devkit.checkout). Brings up the local cluster (devkit.cluster), installs the
 CRD, an engine-store PV/PVC, starts the process runtime (devkit.runtime: real tritonserver per pod, EMULATED
@@ -687,13 +689,21 @@ def _signals_interrupt() -> Iterator[None]:
 
 
 def parser(checkout: Checkout) -> argparse.ArgumentParser:
+    from devkit.llm.demo import add_arguments as add_generative_arguments  # it builds on this module's Demo
+
     p = argparse.ArgumentParser(
         prog="tailtune demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--quick", action="store_true", help="a shortened run (120 s of load)")
     p.add_argument("--duration", type=float, help="seconds of load (default 240, --quick 120); the step is at 1/4")
-    p.add_argument("--low-rps", type=float, default=30.0, help="load before the step (req/s)")
-    p.add_argument("--high-rps", type=float, default=100.0, help="load after the step (req/s)")
+    p.add_argument("--low-rps", type=float, help="load before the step (req/s; default 30, --generative 1.5)")
+    p.add_argument("--high-rps", type=float, help="load after the step (req/s; default 100, --generative 4)")
+    p.add_argument(
+        "--generative",
+        action="store_true",
+        help="a generative service instead (examples/demo-generative.yaml, the EMULATED LLM; devkit.llm.demo)",
+    )
+    add_generative_arguments(p)
     p.add_argument("--out", type=Path, default=checkout.root / "out" / "demo", help="report folder")
     p.add_argument("--workdir", type=Path, default=checkout.cache / "demo", help="cluster state, logs, engines")
     p.add_argument(
@@ -710,9 +720,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tailtune demo: {exc}", file=sys.stderr)
         return 2
     args = parser(checkout).parse_args(argv)
+    from devkit.llm.demo import GenerativeDemo  # it builds on this module's Demo
+
     console = Console()
     try:
-        demo = Demo(args, console, checkout)
+        if args.generative:
+            demo: Demo = GenerativeDemo(args, console, checkout)
+        else:
+            args.low_rps = 30.0 if args.low_rps is None else args.low_rps
+            args.high_rps = 100.0 if args.high_rps is None else args.high_rps
+            demo = Demo(args, console, checkout)
     except DemoError as exc:
         console.print(f"[red]demo: {exc}[/]")
         return 2
@@ -723,7 +740,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print("[yellow]demo interrupted; everything was torn down[/]")
         demo.verify_nothing_left()
         return 130
-    except DemoError as exc:
+    except (DemoError, sys.modules["devkit.demo"].DemoError) as exc:  # run as __main__, two module objects
         console.print(f"[red]demo failed: {exc}[/]")
         console.print(f"logs: {demo.work / 'logs'}")
         demo.verify_nothing_left()
