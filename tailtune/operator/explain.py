@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from tailtune.api.v1alpha1 import InferenceService
 from tailtune.operator.engine import build_curve
+from tailtune.operator.generative import explain_generative, is_generative
 from tailtune.operator.inforce import in_force, tuner_state
 from tailtune.operator.rollout import RolloutState
 from tailtune.operator.status import SLO_MET, compute_slo_condition
@@ -343,6 +344,8 @@ async def explain(
     isvc = parse_isvc(raw)
     if isvc is None:
         return 1, f"InferenceService {namespace}/{name} does not parse as tailtune.io/v1alpha1"
+    if is_generative(isvc):  # TTFT/TPOT, not the request latency (tailtune.operator.generative)
+        return await asyncio.to_thread(explain_generative, isvc, now, as_json=as_json)
     facts = await asyncio.to_thread(gather, isvc, now)
     try:
         events: tuple[dict[str, Any], ...] = tuple(await cluster.list_events(namespace, name))

@@ -17,6 +17,7 @@ Reconcile leaves `status.generative` and SLOMet as the tick wrote them (`carry_i
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
@@ -308,3 +309,66 @@ async def _apply(cluster: GenCluster, isvc: InferenceService, decision: GenDecis
     if decision.changed:  # levers only: a reload, not applied in this operator yet
         log.info("%s/%s generative tuner (levers not applied): %s", meta.namespace, meta.name, decision.describe())
     return False
+
+
+# ----------------------------------------------------------------------------------------------------- explain
+
+
+def explain_generative(isvc: InferenceService, now: datetime, *, as_json: bool = False) -> tuple[int, str]:
+    """`tailtune explain` of a generative service: TTFT and TPOT against their targets over the window, the engine's
+    load, the verdict, the replicas in force and what the tuner would decide on this window (from a fresh tuner
+    state: the operator's run counts live in its process). (exit code, text): 3 when Prometheus is unreachable.
+    Blocking (reads Prometheus)."""
+    try:
+        sig: prom.GenerativeSignal | None = read_window(isvc, now)
+        problem = None
+    except prom.PrometheusUnavailable as exc:
+        sig, problem = None, str(exc)
+    cond = slo_condition(isvc, sig, problem)
+    applied = config_in_force(isvc)
+    decision = None
+    if sig is not None:
+        obs = observation(sig, isvc.status.replicas.ready)
+        in_force = GenInForce(replicas=applied.replicas, levers=levers_from_spec(isvc.spec))
+        try:
+            decision = decide_generative(GenState(), in_force, obs, GenPolicy.from_spec(isvc.spec), now.timestamp())
+        except GenPolicyError as exc:
+            problem = str(exc)
+    gen = generative_status(isvc, sig) if sig is not None else None
+    code = 3 if sig is None else 0
+    if as_json:
+        doc: dict[str, Any] = {
+            "namespace": isvc.metadata.namespace, "name": isvc.metadata.name, "model": isvc.model_name,
+            "kind": "generative", "slo": isvc.spec.slo.model_dump(by_alias=True, mode="json", exclude_none=True),
+            "generative": gen.model_dump(by_alias=True, mode="json", exclude_none=True) if gen else None,
+            "sloMet": cond.model_dump(by_alias=True, mode="json", exclude_none=True),
+            "replicasInForce": applied.replicas,
+            "next": None if decision is None else {"reasonCode": decision.reason_code, "message": decision.message,
+                                                   "replicas": decision.replicas, "boundBy": decision.bound_by},
+        }  # fmt: skip
+        if problem:
+            doc["problem"] = problem
+        return code, json.dumps(doc, indent=2)
+    ttft, tpot = isvc.spec.slo.ttft, isvc.spec.slo.tpot
+    assert ttft is not None and tpot is not None
+    out = [
+        f"InferenceService {isvc.metadata.namespace}/{isvc.metadata.name} (model {isvc.model_name}, generative)",
+        "",
+        f"targets    P{ttft.percentile:g} TTFT <= {ttft.target_ms:g} ms, P{tpot.percentile:g} TPOT <= "
+        f"{tpot.target_ms:g} ms over {isvc.spec.slo.window_seconds} s",
+    ]
+    if gen is None or sig is None:
+        out.append(f"TTFT/TPOT  not read: {problem}")
+    else:
+        out.append(f"TTFT       {gen.ttft_summary} ms")
+        out.append(f"TPOT       {gen.tpot_summary} ms")
+        rate = "-" if sig.request_rate is None else f"{sig.request_rate:.2f}"
+        out.append(f"load       {rate} req/s, {gen.tokens_per_second} tokens/s, running {gen.running_sequences}, "
+                   f"waiting {gen.waiting_sequences}, KV {gen.kv_cache_used_percent} % (fullest pod)")  # fmt: skip
+    out.append(f"SLOMet     {cond.status} ({cond.reason}): {cond.message}")
+    out.append(f"in force   {applied.replicas} replicas" + (f" ({applied.reason})" if applied.reason else ""))
+    if decision is not None:
+        out.append(f"next       {decision.describe()} -> {decision.replicas} replicas")
+    elif problem and sig is not None:
+        out.append(f"next       the tuner holds: {problem}")
+    return code, "\n".join(out)

@@ -3,12 +3,16 @@ SLOMet verdict on TTFT and TPOT, and what reconcile keeps of the tick's writing.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+
+import pytest
 
 from tailtune.api import InferenceService
 from tailtune.api.v1alpha1 import Condition, GenerativeStatus, InferenceServiceStatus
+from tailtune.operator import generative
 from tailtune.operator.generative import carry_into, generative_status, observation, slo_condition
-from tailtune.tuner.prom import GenerativeSignal
+from tailtune.tuner.prom import GenerativeSignal, PrometheusUnavailable
 from tests.unit.factories import make_isvc
 
 NOW = datetime(2026, 12, 5, 18, 0, tzinfo=UTC)
@@ -83,3 +87,24 @@ def test_the_tuners_window_takes_the_read() -> None:
     obs = observation(_sig(ttft=None, above_range_ttft=True), ready=2)
     assert obs.ttft_ms == float("inf") and obs.tpot_ms == 25.0
     assert (obs.window_end - obs.window_start, obs.requests, obs.replicas_ready) == (60.0, 180, 2)
+
+
+def test_explain_speaks_ttft_and_tpot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tailtune explain` of a generative service: the token latencies against their targets, the engine's load and
+    the tuner's next step; exit 3 naming the cause when Prometheus cannot be read (caught: explain showed the
+    request latency, which a generative service has none of)."""
+    isvc = _isvc()
+    monkeypatch.setattr(generative, "read_window", lambda _isvc, _now: _sig(tpot=31.0))
+    code, text = generative.explain_generative(isvc, NOW)
+    assert code == 0
+    assert "TTFT       P99 400/500 ok ms" in text and "TPOT       P90 31/30 MISSED ms" in text
+    assert "SLOMet     False (SLOViolated)" in text and "\nnext       " in text
+    doc = json.loads(generative.explain_generative(isvc, NOW, as_json=True)[1])
+    assert doc["generative"]["tpot"]["met"] is False and doc["next"]["replicas"] >= 1
+
+    def down(_isvc: InferenceService, _now: datetime) -> GenerativeSignal:
+        raise PrometheusUnavailable("http://p:9090", "refused", "connection refused")
+
+    monkeypatch.setattr(generative, "read_window", down)
+    code, text = generative.explain_generative(isvc, NOW)
+    assert code == 3 and "TTFT/TPOT  not read" in text and "PrometheusUnavailable" in text
