@@ -11,7 +11,7 @@ reads one window of the engine's metrics and sets the replicas (and, for tailtun
 
 Policies: tailtune (`tuner.generative.decide_generative`); planner, a throughput-profile planner in the style of
 NVIDIA Dynamo's (replicas = predicted output tokens/s / the per-replica output tokens/s profiled at the TPOT
-target, every 180 s, the last interval's rate as the prediction); static:N. The report gives TTFT and TPOT
+target, every 180 s, the last interval's demand as the prediction); static:N. The report gives TTFT and TPOT
 percentiles per window (of the requests that arrived in it), goodput (requests within both targets) and
 replica-seconds. Exit 0 on success, 2 on bad input (the message names the flag or the file and line).
 """
@@ -160,8 +160,10 @@ def profile_replica_tokens_per_s(
 
 class PlannerController:
     """Throughput-profile planner in the style of Dynamo's: every PLANNER_INTERVAL_SECONDS, replicas = the
-    predicted output tokens/s (the last adjustment interval's, Dynamo's constant predictor) / the per-replica
-    output tokens/s profiled at the TPOT target, rounded up, within the bounds. It does not read the queue."""
+    predicted output tokens/s / the per-replica output tokens/s profiled at the TPOT target, rounded up, within the
+    bounds. The prediction is the last adjustment interval's demand (Dynamo's constant predictor on its request
+    count and mean output length: here the output tokens the interval's arrivals ask for), not what came out (a
+    saturated replica's output would hide the demand). It does not read the queue."""
 
     def __init__(
         self, per_replica_tokens_s: float, replicas: int, replicas_min: int, replicas_max: int, levers: GenLevers
@@ -174,7 +176,7 @@ class PlannerController:
         self.since = 0.0
 
     def __call__(self, w: FleetWindow, now: float) -> tuple[int, GenLevers]:
-        self.tokens += w.output_tokens
+        self.tokens += w.asked_output_tokens
         if now - self.since >= PLANNER_INTERVAL_SECONDS - 1e-6:
             predicted = self.tokens / (now - self.since)
             want = math.ceil(predicted / self.per_replica) if self.per_replica > 0 else self.bounds[1]

@@ -435,7 +435,8 @@ class FleetWindow:
     tpot_s: tuple[float, ...]  # requests finished in the window
     arrivals: int
     prompt_tokens: int
-    output_tokens: int
+    output_tokens: int  # that came out in the window
+    asked_output_tokens: int  # that the window's arrivals ask for (request count x their mean output length)
     running_mean: float
     waiting: int
     kv_use: float
@@ -517,6 +518,7 @@ class LlmFleet:
         self.records.append(rec)
         self._w_arrivals += 1
         self._w_prompt += req.prompt_tokens
+        self._w_asked += req.output_tokens
         cands = [r for r in self.replicas if r.serving(t)]
         if not cands:  # nothing serving yet: the one ready first holds it
             starting = [r for r in self.replicas if r.retire_at is None]
@@ -595,6 +597,7 @@ class LlmFleet:
         self._w_tpot: list[float] = []
         self._w_arrivals = 0
         self._w_prompt = 0
+        self._w_asked = 0
         self._w_output = 0
         self._w_running_area = 0.0
         self._w_refused = 0
@@ -612,6 +615,7 @@ class LlmFleet:
             arrivals=self._w_arrivals,
             prompt_tokens=self._w_prompt,
             output_tokens=self._w_output,
+            asked_output_tokens=self._w_asked,
             running_mean=self._w_running_area / span,
             waiting=sum(len(r.engine.waiting) for r in self.replicas if r.gone_at is None),
             kv_use=sum(kv) / len(kv) if kv else 0.0,

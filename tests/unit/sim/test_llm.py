@@ -80,7 +80,7 @@ def test_a_window_reports_the_engine_metrics() -> None:
     fleet.offer([LlmRequest(0.1 * k, 200, 10) for k in range(10)])
     fleet.run_until(30.0)
     w = fleet.window()
-    assert (w.arrivals, w.prompt_tokens, w.output_tokens) == (10, 2000, 100)
+    assert (w.arrivals, w.prompt_tokens, w.output_tokens, w.asked_output_tokens) == (10, 2000, 100, 100)
     assert len(w.ttft_s) == 10 and len(w.tpot_s) == 10 and w.replicas_ready == 1 and w.waiting == 0
 
 

@@ -226,3 +226,19 @@ def test_tailtune_goodput_is_never_below_the_planners_on_generated_traces() -> N
         pl = run_policy("planner", reqs, L4, POLICY, 1, planner_profile=profile)
         assert tt.goodput >= pl.goodput, (k, tt.goodput, pl.goodput)
         assert math.isfinite(tt.replica_seconds) and tt.replica_seconds > 0
+
+
+def test_the_planner_baseline_sizes_on_demand_every_180_s() -> None:
+    """Dynamo-style: replicas = ceil(the interval's asked output tokens/s / the profile), only every 180 s, and
+    from what the arrivals ask for, not what a saturated replica let out."""
+    from tailtune.offline.generative import PLANNER_INTERVAL_SECONDS, PlannerController
+    from tailtune.sim.llm import FleetWindow
+
+    def window(end: float) -> FleetWindow:
+        # 30 s asking 3000 tokens/s of output, while one saturated replica let out 500/s.
+        return FleetWindow(end - 30, end, (), (), 60, 0, 15_000, 90_000, 40.0, 100, 1.0, 1, 0)
+
+    planner = PlannerController(600.0, 1, 1, 12, GenLevers())
+    counts = [planner(window(30.0 * k), 30.0 * k)[0] for k in range(1, 8)]
+    assert PLANNER_INTERVAL_SECONDS == 180.0
+    assert counts[:5] == [1] * 5 and counts[5] == 5 and counts[6] == 5  # 3000 / 600 at the 180 s mark
