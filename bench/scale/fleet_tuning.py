@@ -633,7 +633,10 @@ def main() -> int:
             for stale in ("query.log",):
                 (workdir / stale).unlink(missing_ok=True)
             if args.baseline_tree is not None:
-                base = run_one(env, count, args, OUT / f"n{count}-baseline", args.baseline_tree.resolve())
+                base_dir = OUT / f"n{count}-baseline"
+                base_dir.mkdir(parents=True, exist_ok=True)
+                (base_dir / "query.log").unlink(missing_ok=True)
+                base = run_one(env, count, args, base_dir, args.baseline_tree.resolve())
                 base |= {"checkout": _describe(args.baseline_tree), "cluster": args.cluster, "when": _now()}
                 baselines[str(count)] = base
                 baseline_path.write_text(json.dumps(baselines, indent=2))
