@@ -222,6 +222,7 @@ def render(facts: Facts) -> str:
         d = next_decision(isvc, read.signal.observation, now, read)
         verb = "change" if d.changed else "hold"
         out.append(f"next       {verb} {d.reason_code}: {d.reason}")
+        out.append(f"bound by   {d.bound_by or 'the plan as made (no gate or guard)'}")
         if d.infeasible:
             out.append(
                 f"           infeasible: demand {d.demand_rps or 0:.0f} req/s vs capacity {d.capacity_rps or 0:.0f}"
@@ -318,7 +319,8 @@ def to_json(facts: Facts) -> dict[str, Any]:
     if read.signal is not None:
         d = next_decision(isvc, read.signal.observation, now, read)
         out["next"] = {
-            "action": d.action, "reasonCode": d.reason_code, "reason": d.reason, "infeasible": d.infeasible,
+            "action": d.action, "reasonCode": d.reason_code, "reason": d.reason, "boundBy": d.bound_by,
+            "infeasible": d.infeasible,
             "demandRps": d.demand_rps, "capacityRps": d.capacity_rps,
             "batching": d.batching.model_dump(by_alias=True, mode="json"), "replicas": d.replicas,
         }  # fmt: skip

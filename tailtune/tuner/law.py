@@ -17,8 +17,10 @@ each name themselves), its parts in `tailtune.tuner.control`:
 4. guards (`guards`): pure functions that only hold the config in force or limit the plan, each naming itself in
    `Decision.bound_by`: the hysteresis band and the noise of unconfirmed bad windows, a draining backlog, the
    cooldown, the reload budget, the stabilized batching, no cut under a backlog, no scale-out without pressure,
-   the scale-in stabilization (to the comfort line, above counts that broke the aim, never under pressure, at
-   most half at once), the drain floor, the queue over the model;
+   the scale-in (only to a count the model holds within the aim at the demand's upper bound over the lead time a
+   replica given back takes to return, `limits.upper_demand_rps`; after calm windows, the batching kept inside the
+   band; above counts that broke the aim, never under pressure, at most half at once), the drain floor, the queue
+   over the model. The SLO, the aim and the tick's limits are computed once (`limits.Limits`, `Tick.lim`);
 5. act (`_act`): hold (`Settled`, `AtLimits`, `SLOInfeasible`) or change, remembering what was left for breaking
    the SLO and the counts scaled out of.
 
@@ -131,6 +133,7 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
         if (held := guard(t)) is not None:
             return held
     p, _ = guards.choose(t.plan, t.current, in_force, t.r, t.relieve, policy, t.avoid, t.in_share, t.peak_need_rps)
+    p = guards.band_keeps_batching(p, t)
     for limit in (*guards.SCALE_IN, guards.drain_floor, guards.queue_over_model):
         p = limit(p, t)
     return _act(t, p)
@@ -172,9 +175,11 @@ def _act(t: Tick, p: Proposal) -> Decision:
         )
     batching = batching_for(target.max_batch, target.delay_us, policy)
     code = change_code(in_force, batching, replicas)
-    reason = f"{t.w.seen}: {why}; {describe(old, in_force.replicas)} -> {describe(batching, replicas)}"
+    reason = f"{t.w.seen}: {why}; {describe(old, in_force.replicas)} -> {describe(batching, replicas)}" + (
+        f" (bound by {p.bound_by})" if p.bound_by else ""
+    )
     new = InForce(batching=batching, replicas=replicas, changed_at=t.now, reason=reason, rolled=in_force.rolled)
-    st = st.model_copy(update={"bad_windows": 0, "good_windows": 0, "last_reason_code": code})
+    st = st.model_copy(update={"bad_windows": 0, "good_windows": 0, "calm_windows": 0, "last_reason_code": code})
     moved = (target.max_batch, target.delay_us) != (old.max_batch_size, old.max_queue_delay_microseconds)
     if t.relieve and r.p_ms > policy.slo_ms and moved:
         # Left for confirmed bad windows past the SLO: not planned again at this demand (or more) for a while. So

@@ -254,6 +254,9 @@ class TunerState(_Frozen):
     # End of the last window counted bad: an overlapping one is not counted again.
     last_bad_window_end: datetime | None = None
     good_windows: int = 0
+    # Windows in a row within the aim (none bad), counted up to `Policy.good_windows`: that many let the law give
+    # back replicas the model does not need at the demand's upper bound, inside the hysteresis band too.
+    calm_windows: int = 0
     missing_windows: int = 0
     # Live service-time points from Triton's batch statistics (the build's come with the policy).
     live: tuple[CurvePoint, ...] = ()

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from tailtune.tuner.control.limits import Limits, limits, upper_demand_rps
 from tailtune.tuner.control.objective import (
     CANDIDATE_CALIBRATION,
     DRAIN_INTERVALS,
@@ -45,6 +46,7 @@ class Tick:
     policy: Policy
     now: datetime
     w: Window
+    lim: Limits  # the SLO, the aim and the tick's limits
     ahead_rps: float  # the demand where a sustained ramp will be once a change shows and is confirmed
     load_rps: float  # planned for: the demand (or the ramp's projection) with margin, plus a backlog's drain
     mild: float  # the share of the calibration candidates other than the config in force get
@@ -53,10 +55,15 @@ class Tick:
     stuck: bool  # the SLO breaks and no config holds it with the model erring as on the config in force
     current: Candidate  # the config in force as the plan's candidates are judged
     at_risk: bool  # the config in force does not carry the load as observed, or is fragile
-    relax: bool  # enough good windows in a row to give back
+    relax: bool  # enough good windows in a row to re-plan while the latency holds
+    # Enough windows in a row within the aim, and the plan gives back replicas: a scale-in alone is due (the
+    # batching stays within the band).
+    scale_in_due: bool
     relieve: bool  # the window asks for relief (confirmed bad windows, or a foretold break the plan mends)
     in_share: float  # short of the SLO: the share of the demand the config in force answers within it
-    peak_need_rps: float  # the highest demand of the stabilization window with its margin
+    peak_need_rps: float  # the highest demand of the stabilization window with its margin (the batching keeps up)
+    # The demand's upper bound over the lead time a scale-in must cover (`limits.upper_demand_rps`) with its margin.
+    upper_need_rps: float
     capacity_rps: float  # the plan's total capacity
 
     @property
@@ -73,6 +80,7 @@ class Tick:
 def assess(st: TunerState, in_force: InForce, obs: Observation, policy: Policy, now: datetime, w: Window) -> Tick:
     """The plan for this window and the config in force weighed against it (see the module docstring)."""
     r, curve, recent = w.r, w.curve, w.recent
+    lim = limits(policy, st)
     # A sustained ramp is met where it will be by the time a change shows and is confirmed, not where it is.
     ahead = r.demand_rps + ramp_rps_per_s(recent) * RAMP_HORIZON_INTERVALS * policy.interval_seconds
     load = max(r.demand_rps * policy.demand_margin, ahead) + r.backlog / (DRAIN_INTERVALS * policy.interval_seconds)
@@ -141,6 +149,7 @@ def assess(st: TunerState, in_force: InForce, obs: Observation, policy: Policy, 
         policy=policy,
         now=now,
         w=w,
+        lim=lim,
         ahead_rps=ahead,
         load_rps=load,
         mild=mild,
@@ -150,9 +159,11 @@ def assess(st: TunerState, in_force: InForce, obs: Observation, policy: Policy, 
         current=current,
         at_risk=at_risk,
         relax=st.good_windows >= policy.good_windows,
+        scale_in_due=st.calm_windows >= policy.good_windows and plan.replicas < in_force.replicas,
         relieve=relieve,
         in_share=in_share,
         peak_need_rps=max(d for _, d in recent) * policy.demand_margin,
+        upper_need_rps=upper_demand_rps(recent, lim) * policy.demand_margin,
         capacity_rps=plan.replicas * plan.candidate.capacity_rps,
     )
 

@@ -54,7 +54,7 @@ def hold(
 
 def reset(st: TunerState) -> TunerState:
     """The state with the bad and good window counts started over."""
-    return st.model_copy(update={"bad_windows": 0, "good_windows": 0})
+    return st.model_copy(update={"bad_windows": 0, "good_windows": 0, "calm_windows": 0})
 
 
 def batching_for(max_batch: int, delay_us: int, policy: Policy) -> Batching:

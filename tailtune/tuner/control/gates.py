@@ -147,7 +147,7 @@ def no_curve(st: TunerState, in_force: InForce, r: Reading, policy: Policy, now:
     replicas = in_force.replicas + 1
     reason = f"{seen}: no service-time curve to plan batching: one more replica"
     new = in_force.model_copy(update={"replicas": replicas, "changed_at": now, "reason": reason})
-    st = st.model_copy(update={"bad_windows": 0, "good_windows": 0, "last_reason_code": SCALED_OUT})
+    st = st.model_copy(update={"bad_windows": 0, "good_windows": 0, "calm_windows": 0, "last_reason_code": SCALED_OUT})
     return Decision(
         action="change",
         in_force=new,

@@ -3,7 +3,7 @@ in `Decision.bound_by`) and with one line of why. In the order `law.decide` appl
 
 - holds (the window asks for nothing yet): `hysteresis_band`, `backlog_draining`, `cooldown`;
 - the batching (a proposal is the plan's batching and count, then limited): `reload_budget`, `stabilized_batching`;
-- the count: `no_cut_under_backlog`, `no_scale_out_without_pressure`, then a scale-in's `scale_in_to_comfort`,
+- the count: `no_cut_under_backlog`, `no_scale_out_without_pressure`, then a scale-in's `scale_in_within_aim`,
   `scale_in_above_too_few`, `no_scale_in_under_pressure`, `scale_in_by_half`; a backlog's `drain_floor`; and
   `queue_over_model`.
 """
@@ -31,10 +31,10 @@ from tailtune.tuner.control.objective import (
     outrun,
     share_gained,
 )
-from tailtune.tuner.control.reading import Reading
+from tailtune.tuner.control.reading import Reading, partial
 from tailtune.tuner.types import Decision, InForce, Policy
 
-# A divisor that keeps a per-replica load finite where the model gives a candidate no load within the comfort line
+# A divisor that keeps a per-replica load finite where the model gives a candidate no load within the aim
 # (requests per second; far below any load a replica serves).
 NO_LOAD_RPS = 1e-9
 # Most of the replicas a scale-in gives back at once (design value: a step soon after a scale-in meets half the
@@ -80,41 +80,35 @@ def may_stay(current: Candidate, avoid: frozenset[tuple[int, int]], policy: Poli
 # Holds.
 
 
-def hysteresis_band(t: Tick) -> Decision | None:
-    """No move while the window asks for nothing: bad windows not yet confirmed (noise), or a latency inside the
-    band between the aim and the comfort line, unless the config in force is at risk while the latency holds."""
-    if t.relieve or t.relax or (t.at_risk and not t.w.bad):
-        return None
-    st, policy = t.st, t.policy
-    code, why = (
-        (CONFIRMING, f"bad window {st.bad_windows}/{policy.bad_windows}")
-        if t.w.bad
-        else (WITHIN_BAND, "within the band")
-    )
+def _held(t: Tick, code: str, why: str, guard: str) -> Decision:
+    """A hold of the config in force by `guard`, with the window's reading and the plan's capacity."""
     return hold(
-        st,
+        t.st,
         t.in_force,
         code,
         f"{t.w.seen}: {why}",
         demand_rps=t.r.demand_rps,
         capacity_rps=t.capacity_rps,
-        bound_by="hysteresis-band",
+        bound_by=guard,
     )
+
+
+def hysteresis_band(t: Tick) -> Decision | None:
+    """No move while the window asks for nothing: bad windows not yet confirmed (noise), or a latency inside the
+    band between the aim and the comfort line, unless the config in force is at risk while the latency holds or
+    the plan gives back replicas after calm windows (`band_keeps_batching` then keeps the batching)."""
+    if t.relieve or t.relax or t.scale_in_due or (t.at_risk and not t.w.bad):
+        return None
+    if t.w.bad:
+        return _held(t, CONFIRMING, f"bad window {t.st.bad_windows}/{t.policy.bad_windows}", "hysteresis-band")
+    return _held(t, WITHIN_BAND, "within the band", "hysteresis-band")
 
 
 def backlog_draining(t: Tick) -> Decision | None:
     """A backlog that drains within a few intervals at the config in force is waited for, not answered."""
     if not (t.relieve and t.r.draining):
         return None
-    return hold(
-        t.st,
-        t.in_force,
-        BACKLOG_DRAINING,
-        f"{t.w.seen}: the backlog drains; waiting for it",
-        demand_rps=t.r.demand_rps,
-        capacity_rps=t.capacity_rps,
-        bound_by="backlog-draining",
-    )
+    return _held(t, BACKLOG_DRAINING, "the backlog drains; waiting for it", "backlog-draining")
 
 
 def cooldown(t: Tick) -> Decision | None:
@@ -123,18 +117,18 @@ def cooldown(t: Tick) -> Decision | None:
     if changed_at is None or not cooling(t.in_force, t.policy, t.now):
         return None
     left = t.policy.cooldown_seconds - (t.now - changed_at).total_seconds()
-    return hold(
-        t.st,
-        t.in_force,
-        COOLDOWN,
-        f"{t.w.seen}: cooling down, {left:.0f} s left",
-        demand_rps=t.r.demand_rps,
-        capacity_rps=t.capacity_rps,
-        bound_by="cooldown",
-    )
+    return _held(t, COOLDOWN, f"cooling down, {left:.0f} s left", "cooldown")
 
 
 HOLDS = (hysteresis_band, backlog_draining, cooldown)
+
+
+def band_keeps_batching(p: Proposal, t: Tick) -> Proposal:
+    """Inside the hysteresis band a window asks only for the replicas the model does not need: the batching in
+    force stays (a reload for the aim alone waits for comfortable windows, `hysteresis_band`)."""
+    if t.relieve or t.relax or (t.at_risk and not t.w.bad):
+        return p
+    return p.limited("hysteresis-band", target=t.current)
 
 
 # The batching and the count.
@@ -290,20 +284,23 @@ def choose(
 # A scale-in (each applies only while the proposal still gives replicas back).
 
 
-def scale_in_to_comfort(p: Proposal, t: Tick) -> Proposal:
-    """A scale-in only as far as the highest demand of the stabilization window allows, at a count the model puts
-    below the comfort line (the hysteresis band's lower edge), with the model erring as it does on the config in
-    force if that is worse: one that lands between the comfort line and the aim is bounced back out by the first
-    noisy window or by a model a few percent optimistic."""
+def scale_in_within_aim(p: Proposal, t: Tick) -> Proposal:
+    """A scale-in only to a count the model holds within the aim at the demand's upper bound over the lead time
+    (`limits.upper_demand_rps`, with its margin), with the model erring as it does on the config in force if that
+    is worse: a replica given back is back only a pod start after the demand needs it again."""
     n = t.in_force.replicas
     if p.replicas >= n:
         return p
-    policy = t.policy
-    snug = policy.model_copy(update={"headroom": policy.comfort_ms / policy.slo_ms})
-    calm = candidate(t.curve, p.target.max_batch, p.target.delay_us, snug, max(t.mild, t.st.calibration))
+    calm = candidate(t.curve, p.target.max_batch, p.target.delay_us, t.policy, max(t.mild, t.st.calibration))
     carried = min(p.target.carries(), calm.carries())
-    replicas = max(p.replicas, min(n, math.ceil(t.peak_need_rps / max(carried, NO_LOAD_RPS))))
-    return p.limited("scale-in-to-comfort", replicas=replicas)
+    replicas = max(p.replicas, min(n, math.ceil(t.upper_need_rps / max(carried, NO_LOAD_RPS))))
+    note = (
+        f"; {replicas} replica(s) hold the aim at {t.upper_need_rps:.0f} req/s, the demand's upper bound over the "
+        f"{t.lim.lead_s:.0f} s a replica given back takes to return, with its margin"
+        if replicas > p.replicas
+        else ""
+    )
+    return p.limited("scale-in-within-aim", replicas=replicas, note=note)
 
 
 def scale_in_above_too_few(p: Proposal, t: Tick) -> Proposal:
@@ -316,15 +313,16 @@ def scale_in_above_too_few(p: Proposal, t: Tick) -> Proposal:
 
 
 def no_scale_in_under_pressure(p: Proposal, t: Tick) -> Proposal:
-    """No scale-in while the latency is bad, on a plan that keeps only the SLO (no headroom), while the demand
-    rises (giving back a replica is never urgent, and one given back at a crowd's start comes back through a cold
-    start), or before the stabilization window is full of history."""
+    """No scale-in while the latency is bad, on a plan that keeps only the SLO (no headroom), in a window a crowd
+    entered part way through (its demand understates the present one, and the rise it makes is not yet in the
+    demand's upper bound), or before the demand's history covers its memory (how far it rises within a lead time
+    is not known yet)."""
     n = t.in_force.replicas
     if p.replicas >= n:
         return p
     r = t.r
     span = (t.obs.window_end - t.w.recent[0][0]).total_seconds() + t.policy.interval_seconds
-    if r.saturated or t.relieve or t.plan.within_slo_only or t.w.rising or span < t.policy.scale_in_window_seconds:
+    if r.saturated or t.relieve or t.plan.within_slo_only or partial(t.obs, r, t.w.rising) or span < t.lim.memory_s:
         return p.limited("no-scale-in-under-pressure", replicas=n)
     return p
 
@@ -343,7 +341,7 @@ def scale_in_by_half(p: Proposal, t: Tick) -> Proposal:
     return p.limited("scale-in-by-half", replicas=halved, note=note)
 
 
-SCALE_IN = (scale_in_to_comfort, scale_in_above_too_few, no_scale_in_under_pressure, scale_in_by_half)
+SCALE_IN = (scale_in_within_aim, scale_in_above_too_few, no_scale_in_under_pressure, scale_in_by_half)
 
 
 def drain_floor(p: Proposal, t: Tick) -> Proposal:

@@ -227,6 +227,7 @@ def read_window(
             "bad_windows": (st.bad_windows + (1 if distinct else 0)) if bad else 0,
             "last_bad_window_end": (obs.window_end if distinct else st.last_bad_window_end) if bad else None,
             "good_windows": st.good_windows + 1 if good else 0,
+            "calm_windows": 0 if bad else min(policy.good_windows, st.calm_windows + 1),
         }
     )
     seen = f"P{policy.percentile:g} {r.p_ms:.1f} ms (aim {policy.aim_ms:.1f}) at {r.demand_rps:.0f} req/s" + (

@@ -43,7 +43,7 @@ def test_render_shows_window_breakdown_config_and_next_step() -> None:
     assert "P99 24.00 ms at 100 req/s (tritonSummary)" in text
     assert "queue/batching wait" in text and "compute infer" in text
     assert "rest of Triton's request" in text and "2.00 ms" in text  # 11 - 3 - 0.5 - 5 - 0.5
-    assert "in force   max batch" in text and "next       " in text
+    assert "in force   max batch" in text and "next       " in text and "bound by   " in text
     assert "b=1" in text and "b=8" in text
     assert "SLOMet     True WithinSLO" in text
 
@@ -114,6 +114,7 @@ def test_json_carries_the_same_facts() -> None:
     assert data["sloMet"]["status"] == "False" and data["latency"]["targets"][1]["percentile"] == 50
     assert data["wouldTake"]["lowerPercentiles"] == [90, 50] and data["wouldTake"]["replicas"] >= 1
     assert data["next"]["action"] in ("hold", "change") and data["events"] == []
+    assert isinstance(data["next"]["boundBy"], str)
 
 
 def test_a_rollout_in_flight_is_shown() -> None:

@@ -11,6 +11,7 @@ from tailtune.tuner import law
 from tailtune.tuner.control import gates, guards
 from tailtune.tuner.control.assess import Tick, assess
 from tailtune.tuner.control.guards import Proposal
+from tailtune.tuner.control.limits import limits, upper_demand_rps
 from tailtune.tuner.control.objective import Candidate, Plan
 from tailtune.tuner.control.reading import Reading, read_window
 from tailtune.tuner.types import InForce, Observation, Policy, TooFewReplicas, TunerState
@@ -187,12 +188,31 @@ def test_guard_no_scale_out_without_pressure() -> None:
 # A scale-in --------------------------------------------------------------------------------------------------------
 
 
-def test_guard_scale_in_to_comfort_keeps_what_the_peak_needs_below_the_comfort_line() -> None:
-    """Caught: a scale-in to a count the first noisy window bounces back out of."""
-    tick = _tick(peak_need_rps=2000.0 * POLICY.demand_margin)
-    p = guards.scale_in_to_comfort(Proposal(tick.current, 1), tick)
-    assert 1 < p.replicas <= 4 and p.bound_by == "scale-in-to-comfort"
-    assert guards.scale_in_to_comfort(Proposal(tick.current, 4), tick).bound_by == ""
+def test_guard_scale_in_within_aim_keeps_what_the_upper_bound_needs() -> None:
+    """Caught: a scale-in to a count that the demand's upper bound over the lead time would push past the aim."""
+    tick = _tick(upper_need_rps=2000.0 * POLICY.demand_margin)
+    p = guards.scale_in_within_aim(Proposal(tick.current, 1), tick)
+    assert 1 < p.replicas <= 4 and p.bound_by == "scale-in-within-aim" and "upper bound" in p.notes[0]
+    assert guards.scale_in_within_aim(Proposal(tick.current, 4), tick).bound_by == ""
+
+
+def test_upper_demand_bound_covers_the_lookback_peak_and_a_rise_seen_within_a_lead_time() -> None:
+    """Caught: a scale-in sized on the last window alone, after a peak within the lead time or on a demand that
+    rose that fast before (a replica given back is back only a lead time later)."""
+    lim = limits(POLICY, TunerState())  # no pod start measured yet: one interval, and a window to see the rise
+    assert lim.lead_s == 2 * POLICY.interval_seconds and lim.lookback_s == lim.lead_s
+    at = [NOW - timedelta(seconds=30 * i) for i in range(6, -1, -1)]
+    flat = tuple((t, 1000.0) for t in at)
+    assert upper_demand_rps(flat, lim) == 1000.0
+    fell = (*flat[:-2], (at[-2], 1600.0), (at[-1], 1000.0))
+    assert upper_demand_rps(fell, lim) == 1600.0  # the peak 30 s ago is within the lead time
+    rose_before = ((at[0], 400.0), (at[1], 1000.0), *flat[2:])
+    assert upper_demand_rps(rose_before, lim) == 1600.0  # it rose by 600 within a lead time: it may again
+    # The spec's stabilization window is the HPA's: the highest demand over all of it.
+    hpa = limits(POLICY.model_copy(update={"scale_in_stabilization_seconds": 300.0}), TunerState())
+    assert upper_demand_rps(((at[0], 1600.0), *flat[1:]), hpa) == 1600.0
+    measured = limits(POLICY, TunerState(startup_seconds=90.0))
+    assert measured.lead_s == POLICY.interval_seconds + 90.0
 
 
 def test_guard_scale_in_above_too_few_stops_above_a_count_that_broke_the_aim() -> None:
@@ -205,7 +225,7 @@ def test_guard_scale_in_above_too_few_stops_above_a_count_that_broke_the_aim() -
 
 
 def test_guard_no_scale_in_under_pressure_or_on_a_short_history() -> None:
-    """Caught: a replica given back at a crowd's start, or before the stabilization window is full."""
+    """Caught: a replica given back under pressure, or before the demand's history covers the lookback."""
     tick = _tick(relieve=True)
     p = guards.no_scale_in_under_pressure(Proposal(tick.current, 2), tick)
     assert (p.replicas, p.bound_by) == (4, "no-scale-in-under-pressure")
@@ -220,6 +240,15 @@ def test_guard_scale_in_by_half_gives_back_at_most_half_at_once() -> None:
     p = guards.scale_in_by_half(Proposal(tick.current, 1), tick)
     assert (p.replicas, p.bound_by) == (2, "scale-in-by-half") and "at most half" in p.notes[0]
     assert guards.scale_in_by_half(Proposal(tick.current, 3), tick).replicas == 3
+
+
+def test_guard_band_keeps_batching_on_a_scale_in_within_the_band() -> None:
+    """Caught: a reload for the aim alone slipped in with a scale-in that calm (not comfortable) windows allow."""
+    other = dataclasses.replace(_tick().current, max_batch=32)
+    within = _tick(relax=False, relieve=False, at_risk=False)
+    p = guards.band_keeps_batching(Proposal(other, 2), within)
+    assert (p.target.max_batch, p.replicas, p.bound_by) == (16, 2, "hysteresis-band")
+    assert guards.band_keeps_batching(Proposal(other, 2), _tick(relax=True)).target.max_batch == 32
 
 
 def test_guard_drain_floor_counts_the_replicas_that_drain_the_fullest_pod() -> None:
