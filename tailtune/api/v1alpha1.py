@@ -364,7 +364,9 @@ class Replicas(Model):
             ge=0,
             le=3600,
             description="Scale in only as far as the highest demand of this many seconds allows (like the "
-            "HorizontalPodAutoscaler's scale-down stabilization window). Default 300, as the HPA's.",
+            "HorizontalPodAutoscaler's scale-down stabilization window). Unset: only as far as the demand's upper "
+            "bound over the time a replica given back takes to return (an interval plus the measured pod start) "
+            "allows, its rises over the last 300 s (the HPA's window) as margin.",
         ),
     ] = None
 
