@@ -16,8 +16,8 @@ the streaming client (devkit.llm.load) in four phases:
 
 The live table shows TTFT/TPOT (client, status) against the targets, tokens/s, running and waiting sequences, KV
 use and the replicas; report.png, summary.json and summary.md go under --out. Exit 0 when the client's P99
-TTFT and TPOT after the step (the high phase's last window, and the probe) are within the targets and the status
-agrees with the client within 5 %.
+TTFT and TPOT after the step (the high phase's last window) are within the targets and the status agrees with the
+client within 5 % on the probe.
 """
 
 from __future__ import annotations
@@ -349,10 +349,11 @@ class GenerativeDemo(Demo):
         failed = sum(1 for r in records if not r.done)
         tokens = sum(len(r.token_times) for r in records)
         agree = e_ttft is not None and e_tpot is not None and max(abs(e_ttft), abs(e_tpot)) <= AGREEMENT
+        # The probe measures agreement; the targets are judged after the step (a tuner may give replicas back in the
+        # quiet gap before it, and the probe is then a step of its own).
         checks = {
             "every request streamed to its end": failed == 0 and tokens > 0,
             "P99 TTFT/TPOT within targets after the step": after.within,
-            "P99 TTFT/TPOT within targets in the probe": probe.within,
             f"status within {AGREEMENT:.0%} of the client on the probe": agree,
         }
         missed = [k for k, ok in checks.items() if not ok]

@@ -7,7 +7,8 @@
 - TPOT: `tailtune_llm_time_per_output_token_ms`, once per request: (last token - first token) / (tokens - 1),
   the figure a streaming client computes per request. Inter-token gaps one by one:
   `tailtune_llm_inter_token_latency_ms`. No Triton backend exports these (tensorrtllm_backend#657).
-- Output tokens: the counter `tailtune_llm_output_tokens_total`.
+- Output tokens: the counter `tailtune_llm_output_tokens_total`; prompt tokens taken:
+  `tailtune_llm_prompt_tokens_total`.
 - TensorRT-LLM's gauges by their real names and labels: `nv_trt_llm_request_metrics{request_type=active|max|
   scheduled|context|waiting}` and `nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=max|free|used|
   tokens_per|fraction}`, each with `model` and `version` as the backend sets them.
@@ -19,6 +20,8 @@ TTFT_HISTOGRAM_MS = "nv_inference_first_response_histogram_ms"
 TPOT_HISTOGRAM_MS = "tailtune_llm_time_per_output_token_ms"
 ITL_HISTOGRAM_MS = "tailtune_llm_inter_token_latency_ms"
 OUTPUT_TOKENS_COUNTER = "tailtune_llm_output_tokens_total"
+# Prompt tokens of the requests taken (the prefill work offered): the generative tuner sizes prefill by it.
+PROMPT_TOKENS_COUNTER = "tailtune_llm_prompt_tokens_total"
 TRTLLM_REQUEST_GAUGE = "nv_trt_llm_request_metrics"
 TRTLLM_KV_CACHE_GAUGE = "nv_trt_llm_kv_cache_block_metrics"
 REQUEST_TYPES = ("active", "max", "scheduled", "context", "waiting")

@@ -193,6 +193,7 @@ def observation(sig: prom.GenerativeSignal, ready: int) -> GenObservation:
         ttft_ms=float("inf") if sig.above_range_ttft else sig.ttft_ms,
         tpot_ms=float("inf") if sig.above_range_tpot else sig.tpot_ms,
         request_rate=rate,
+        prompt_tokens_per_s=sig.prompt_tokens_per_second or 0.0,
         output_tokens_per_s=sig.tokens_per_second or 0.0,
         running=sig.running or 0.0,
         waiting=sig.waiting or 0.0,
@@ -239,6 +240,8 @@ async def generative_tick(
         return 0.0
     interval = float(isvc.spec.tuning.interval_seconds)
     if isvc.status.replicas.ready < 1 or key in state.ticking:
+        log.info("%s/%s generative tick skipped: %s", namespace, name,
+                 "a tick in flight" if key in state.ticking else "no ready replica in status")  # fmt: skip
         return interval
     state.ticking.add(key)
     try:
@@ -289,6 +292,8 @@ async def _record(
         if old is None:
             conditions.append(merged)
     await cluster.patch_generative(isvc.metadata, generative, conditions)
+    log.debug("%s/%s status.generative: TTFT %s, TPOT %s; SLOMet %s %s", isvc.metadata.namespace, isvc.metadata.name,
+             generative.ttft_summary, generative.tpot_summary, cond.status, cond.reason)  # fmt: skip
     if (old is None or (old.status, old.reason) != (cond.status, cond.reason)) and cond.status != "Unknown":
         kind = "Normal" if cond.status == "True" else "Warning"
         await cluster.emit_event(isvc.metadata, kind, cond.reason or SLO_MET, f"SLOMet={cond.status}: {cond.message}")

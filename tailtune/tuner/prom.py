@@ -660,6 +660,8 @@ def read_pod_windows(
 TTFT_HISTOGRAM_MS = "nv_inference_first_response_histogram_ms"
 TPOT_HISTOGRAM_MS = "tailtune_llm_time_per_output_token_ms"
 OUTPUT_TOKENS_COUNTER = "tailtune_llm_output_tokens_total"
+# Prompt tokens taken (the prefill work offered; the emulated engine exports it, a real cluster needs an exporter).
+PROMPT_TOKENS_COUNTER = "tailtune_llm_prompt_tokens_total"
 TRTLLM_REQUEST_GAUGE = "nv_trt_llm_request_metrics"
 TRTLLM_KV_CACHE_GAUGE = "nv_trt_llm_kv_cache_block_metrics"
 
@@ -681,6 +683,7 @@ class GenerativeSignal:
     waiting: float | None
     kv_used_fraction: float | None
     ready_replicas: int | None
+    prompt_tokens_per_second: float | None = None
     above_range_ttft: bool = False
     above_range_tpot: bool = False
 
@@ -706,6 +709,7 @@ def generative_queries(
         "tpot_ms": quantile(TPOT_HISTOGRAM_MS, tpot_percentile),
         "request_rate": f"sum(rate({TTFT_HISTOGRAM_MS}_count{{{sel}}}[{w}]))",
         "tokens_per_second": f"sum(rate({OUTPUT_TOKENS_COUNTER}{{{sel}}}[{w}]))",
+        "prompt_tokens_per_second": f"sum(rate({PROMPT_TOKENS_COUNTER}{{{sel}}}[{w}]))",
         "running": f"sum(avg_over_time({gauge(TRTLLM_REQUEST_GAUGE, 'request_type', 'active')}[{w}]))",
         "waiting": f"sum(avg_over_time({gauge(TRTLLM_REQUEST_GAUGE, 'request_type', 'waiting')}[{w}]))",
         "kv_used_fraction": f"max(sum by (instance) ({used}) / sum by (instance) ({total}))",

@@ -118,16 +118,18 @@ class TritonPythonModel:
             ),
             pb_utils.MetricFamily(name=names.ITL_HISTOGRAM_MS, description="Time between two tokens, ms", kind=h),
             pb_utils.MetricFamily(name=names.OUTPUT_TOKENS_COUNTER, description="Output tokens sent", kind=c),
+            pb_utils.MetricFamily(name=names.PROMPT_TOKENS_COUNTER, description="Prompt tokens taken", kind=c),
             pb_utils.MetricFamily(name=names.TRTLLM_REQUEST_GAUGE, description="TRT LLM request metrics", kind=g),
             pb_utils.MetricFamily(
                 name=names.TRTLLM_KV_CACHE_GAUGE, description="TRT LLM KV cache block metrics", kind=g
             ),
         ]
-        ttft, tpot, itl, tokens, requests, kv = self.families
+        ttft, tpot, itl, tokens, prompts, requests, kv = self.families
         self.ttft = ttft.Metric(labels=labels, buckets=buckets)
         self.tpot = tpot.Metric(labels=labels, buckets=buckets)
         self.itl = itl.Metric(labels=labels, buckets=buckets)
         self.tokens = tokens.Metric(labels=labels)
+        self.prompt_tokens = prompts.Metric(labels=labels)
         self.request_gauges = {t: requests.Metric(labels={**labels, "request_type": t}) for t in names.REQUEST_TYPES}
         self.kv_gauges = {t: kv.Metric(labels={**labels, "kv_cache_block_type": t}) for t in names.KV_CACHE_BLOCK_TYPES}
 
@@ -145,6 +147,7 @@ class TritonPythonModel:
                     error = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e)))
                     sender.send(error, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                     continue
+                self.prompt_tokens.increment(seq.prompt_tokens)
                 self.cv.notify()
         return None
 
