@@ -112,7 +112,8 @@ class Policy(_Frozen):
     # The tuner keeps all of them; the tightest binds.
     other_targets: tuple[tuple[float, float], ...] = ()
     # Scale in only to what the highest demand of this many seconds needs (the HPA's scale-down stabilization);
-    # None: the HPA's default, 300 s (a replica given back too early comes back through a cold start and warmup).
+    # None: only to the demand's upper bound over the lead time a replica given back takes to return
+    # (`control.limits`), its rises over the HPA's default 300 s (`scale_in_window_seconds`) as margin.
     scale_in_stabilization_seconds: float | None = None
     # Scale out ahead of demand that repeats (spec.tuning.forecast.enabled; `tailtune.tuner.forecast`).
     forecast: bool = False
@@ -164,7 +165,7 @@ class Policy(_Frozen):
 
     @property
     def scale_in_window_seconds(self) -> float:
-        """How far back the highest demand bounds a scale-in."""
+        """How far back the demand is remembered: the spec's stabilization window, else the HPA's default 300 s."""
         if self.scale_in_stabilization_seconds is not None:
             return self.scale_in_stabilization_seconds
         return 300.0

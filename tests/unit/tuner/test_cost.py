@@ -1,0 +1,56 @@
+"""The tuner's cost on generated diurnal traces, in the simulator: a small seeded sample of what
+`bench/tuner/run.py` sweeps (its cost section: replica-seconds against min-cost and static-max)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tailtune.offline.whatif import Setup, run_policy, summarize
+from tailtune.sim.curves import PiecewiseCurve
+from tests.sampling import cases
+
+# A day's swing in the simulator: long enough that the falling half outlasts the demand's memory (the HPA's 300 s,
+# before which no replica is given back) by several intervals.
+DAY_S = 1200.0
+SEGMENTS = 24
+
+
+def _diurnal(rng: np.random.Generator) -> Setup:
+    """A linear curve (a fixed cost per batch and a cost per request), a cosine day from a low to a peak that the
+    most replicas carry at 45-75 % of their capacity, started at the most replicas."""
+    a = float(rng.uniform(4.0, 10.0))
+    c = a / float(rng.uniform(8, 30))
+    curve = PiecewiseCurve(tuple((b, round(a + c * b, 3)) for b in (1, 2, 4, 8, 16, 32)), "linear")
+    replicas = int(rng.integers(3, 5))
+    peak = float(rng.uniform(0.45, 0.75)) * replicas * 1000.0 * 8 / curve.ms(8)
+    low = peak * float(rng.uniform(0.1, 0.3))
+    step = DAY_S / SEGMENTS
+    segs = tuple(
+        (i * step, (i + 1) * step, low + (peak - low) * (1 - math.cos(2 * math.pi * (i + 0.5) / SEGMENTS)) / 2)
+        for i in range(SEGMENTS)
+    )
+    return Setup(
+        curve=curve,
+        segments=segs,
+        slo_ms=round(4.0 * curve.ms(8), 2),
+        replicas=replicas,
+        replicas_max=replicas,
+        start_max_batch=8,
+        seed=int(rng.integers(1, 10_000)),
+    )
+
+
+def test_the_tuner_gives_back_replicas_on_a_diurnal_falling_half_while_windows_hold_the_slo() -> None:
+    """Caught: a tuner that holds every replica through a day's falling half (0 % saved against static-max), or one
+    that saves by breaking the SLO. Measured in the sweep (bench/tuner/run.py): the targets of issue 38 (<= 1.25x
+    min-cost, >= 35 % saved) are not met there; this holds the part that is (replicas given back, windows kept)."""
+    rng = np.random.default_rng(3801)
+    for i in range(cases(8) // 4):
+        setup = _diurnal(rng)
+        tuned = summarize(setup, "tailtune", run_policy(setup, "tailtune"))
+        static_max_s = setup.replicas_max * setup.end_s
+        assert tuned["replica_seconds"] < static_max_s - setup.interval_s, (i, tuned["replica_seconds"])
+        fair = tuned["windows_excluding_steps"]
+        assert tuned["windows_in_slo_excluding_steps"] >= 0.99 * fair, (i, tuned["windows_in_slo_excluding_steps"])
