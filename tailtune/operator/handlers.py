@@ -350,7 +350,7 @@ async def tuner_tick(state: State, namespace: str, name: str) -> float:
     """
     key = (namespace, name)
     raw = await state.current(namespace, name)
-    isvc = parse_isvc(raw) if raw else None
+    isvc = state.parsed(raw) if raw else None
     if isvc is not None and is_generative(isvc):  # TTFT/TPOT: status and its own tuner (tailtune.operator.generative)
 
         async def reconciled(fresh: dict[str, Any]) -> None:
@@ -436,7 +436,9 @@ async def tuner(
         state.bodies.pop(key, None)
         state.cluster.echoes.forget(key)
         state.cluster.pod_ips.forget(key)
+        state.cluster.children.forget(key)
         state.memory.forget(uid)  # deleted, or no longer this process's to tune: its annotation is the truth
+        state.parsed.forget(uid)
         forget_generative(uid)
 
 
