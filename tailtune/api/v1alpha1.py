@@ -954,6 +954,10 @@ class RolloutStatus(Model):
     max_queue_delay_microseconds: Annotated[int | None, Field(description="Queue delay the canary runs.")] = None
     since: Annotated[str | None, Field(description="When the canary took this config.")] = None
     reason: Annotated[str | None, Field(description="Why the tuner tries it.")] = None
+    llm: Annotated[
+        LlmServing | None,
+        Field(description="A generative model's rollout: the tensorrt_llm load-time settings the canary runs."),
+    ] = None
 
 
 class TargetStatus(Model):
@@ -1117,6 +1121,17 @@ class GenerativeStatus(Model):
             le=100,
             description="KV-cache blocks in use, % of the blocks, the fullest pod (nv_trt_llm_kv_cache_block_metrics).",
         ),
+    ] = None
+    serving: Annotated[
+        LlmServing | None,
+        Field(
+            description="The tensorrt_llm load-time settings in force (spec.serving.llm, or the generative tuner's "
+            "last promoted lever change)."
+        ),
+    ] = None
+    serving_reason: Annotated[
+        str | None,
+        Field(description="Why those settings are in force: the tuner's lever change and its canary's verdict."),
     ] = None
 
 

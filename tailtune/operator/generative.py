@@ -8,10 +8,18 @@ One tick (`generative_tick`, from the tuner daemon in place of the batching tune
 - `status.generative` and SLOMet (TTFT and TPOT against their targets: reason and message), in one status write,
   only when they changed; an Event when SLOMet's status or reason moves;
 - the decision of `tailtune.tuner.generative.decide_generative` (pure): its replicas go in force through the same
-  annotation the batching tuner writes (reconcile scales the Deployment), with an Event. A lever change (KV
-  fraction, queue size, chunked prefill, scheduler policy) is a model reload; it is reported, not applied, here.
+  annotation the batching tuner writes (reconcile scales the Deployment), with an Event;
+- its lever change (KV share, queue size, chunked prefill, scheduler policy: the tensorrt_llm settings Triton reads
+  at model load) is a reload. In hot mode it goes through the batching tuner's canary (`rollout`, carrying the
+  settings): one pod reloaded with the tensorrt_llm config `modelconfig.model_config_json` renders from them, judged
+  after a window on its reload and readiness (no per-pod TTFT/TPOT is read yet), then the other pods one at a time,
+  or rolled back. The settings go in force (`InForce.llm`, rendered into the ConfigMap by reconcile) when the canary
+  is promoted; an Event at the start and at the end; `status.generative.serving`/`servingReason` say what is in
+  force and why, `status.rollout.llm` what the canary runs. In rolling mode the change goes in force at once and
+  reconcile rolls the pods. Either way the law's own guards bound it: the cooldown after any change and the reload
+  budget, which counts the reloads kept on the config in force (`InForce.llm_reloads`), so a restart keeps it.
 
-Reconcile leaves `status.generative` and SLOMet as the tick wrote them (`carry_into`).
+Reconcile leaves `status.generative` and SLOMet as the tick wrote them (`carry_into`), with the settings in force.
 """
 
 from __future__ import annotations
@@ -19,13 +27,38 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from tailtune.api.v1alpha1 import Condition, GenerativeStatus, InferenceService, InferenceServiceStatus, TargetStatus
+from tailtune.api.keys import GRPC_PORT, ROLLOUT_ANNOTATION
+from tailtune.api.v1alpha1 import (
+    Condition,
+    GenerativeStatus,
+    InferenceService,
+    InferenceServiceStatus,
+    LlmServing,
+    TargetStatus,
+)
+from tailtune.operator import metrics
 from tailtune.operator.inforce import in_force as config_in_force
-from tailtune.operator.inforce import in_force_annotation
+from tailtune.operator.inforce import in_force_annotation, llm_in_force
+from tailtune.operator.modelconfig import model_config_json
+from tailtune.operator.rollout import (
+    CANARY_PROMOTED,
+    CANARY_REJECTED,
+    CANARY_STARTED,
+    PodObservation,
+    RolloutPolicy,
+    RolloutState,
+    RolloutStep,
+    advance_rollout,
+    describe_llm,
+    pod_observation,
+    rollout_window,
+    start_rollout,
+)
 from tailtune.operator.status import (
     NO_LATENCY_DATA,
     NO_TRAFFIC,
@@ -35,8 +68,13 @@ from tailtune.operator.status import (
     WITHIN_SLO,
     merge_conditions,
 )
+from tailtune.triton.config import ConfigError
+from tailtune.triton.control import ApplyError, get_model_config_json, is_model_ready, load_model
+from tailtune.triton.trtllm_config import llm_serving_from_config
 from tailtune.tuner import prom
 from tailtune.tuner.generative import (
+    LEVERS_CHANGED,
+    RELOAD_BUDGET_SECONDS,
     GenDecision,
     GenInForce,
     GenObservation,
@@ -44,8 +82,10 @@ from tailtune.tuner.generative import (
     GenPolicyError,
     GenState,
     decide_generative,
-    levers_from_spec,
+    levers_of,
+    serving_with,
 )
+from tailtune.tuner.types import InForce
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +100,7 @@ class GenCluster(Protocol):
         self, meta: Any, generative: GenerativeStatus, conditions: list[Condition] | None
     ) -> None: ...
     async def emit_event(self, meta: Any, type_: str, reason: str, message: str) -> None: ...
+    async def ready_pod_ips(self, isvc: InferenceService) -> tuple[str, ...]: ...
 
 
 class GenTickState(Protocol):
@@ -135,7 +176,16 @@ def generative_status(isvc: InferenceService, sig: prom.GenerativeSignal) -> Gen
         running_sequences=None if sig.running is None else round(sig.running),
         waiting_sequences=None if sig.waiting is None else round(sig.waiting),
         kv_cache_used_percent=None if sig.kv_used_fraction is None else round(100 * sig.kv_used_fraction, 1),
+        **serving_status(isvc),
     )
+
+
+SPEC_SERVING_REASON = "spec.serving.llm (no lever change by the tuner)"
+
+
+def serving_status(isvc: InferenceService) -> dict[str, Any]:
+    """status.generative's `serving` and `servingReason`: the tensorrt_llm settings in force and why. Pure."""
+    return {"serving": llm_in_force(isvc), "serving_reason": config_in_force(isvc).llm_reason or SPEC_SERVING_REASON}
 
 
 def _cond(ok: bool | None, reason: str, message: str) -> Condition:
@@ -177,7 +227,10 @@ def carry_into(isvc: InferenceService, status: InferenceServiceStatus) -> Infere
         and computed.model_copy(update={"status": "Unknown", "reason": NO_LATENCY_DATA, "message": AWAITING_FIRST_READ})
     )
     conditions = [kept if c.type == SLO_MET and kept else c for c in status.conditions]
-    return status.model_copy(update={"conditions": conditions, "generative": isvc.status.generative})
+    generative = isvc.status.generative
+    if generative is not None:  # the settings in force as the config in force says now (a promotion moved them)
+        generative = generative.model_copy(update=serving_status(isvc))
+    return status.model_copy(update={"conditions": conditions, "generative": generative})
 
 
 # ------------------------------------------------------------------------------------------------------- tuner
@@ -203,11 +256,21 @@ def observation(sig: prom.GenerativeSignal, ready: int) -> GenObservation:
     )
 
 
+def gen_in_force(isvc: InferenceService) -> GenInForce:
+    """What is in force, as the generative tuner sees it: replicas, the levers of the tensorrt_llm settings in
+    force, the last change and the reloads its budget counts (all kept on the config in force)."""
+    applied = config_in_force(isvc)
+    return GenInForce(
+        replicas=applied.replicas,
+        levers=levers_of(llm_in_force(isvc)),
+        changed_at=applied.changed_at.timestamp() if applied.changed_at else None,
+        reloads=tuple(t.timestamp() for t in applied.llm_reloads),
+    )
+
+
 def decide(isvc: InferenceService, sig: prom.GenerativeSignal, now: datetime) -> GenDecision:
     """The generative tuner's decision on this window, with the state this process keeps for the object."""
-    applied = config_in_force(isvc)
-    changed_at = applied.changed_at.timestamp() if applied.changed_at else None
-    in_force = GenInForce(replicas=applied.replicas, levers=levers_from_spec(isvc.spec), changed_at=changed_at)
+    in_force = gen_in_force(isvc)
     state = _memory.get(isvc.metadata.uid, GenState())
     obs = observation(sig, isvc.status.replicas.ready)
     decision = decide_generative(state, in_force, obs, GenPolicy.from_spec(isvc.spec), now.timestamp())
@@ -279,7 +342,10 @@ async def _record(
     cluster: GenCluster, isvc: InferenceService, sig: prom.GenerativeSignal | None, problem: str | None, now: datetime
 ) -> None:
     """status.generative and SLOMet in one write, only when either moved; an Event when SLOMet's verdict moves."""
-    generative = generative_status(isvc, sig) if sig is not None else isvc.status.generative
+    if sig is not None:
+        generative = generative_status(isvc, sig)
+    else:  # no read: the last figures stay, the settings in force are this object's
+        generative = (isvc.status.generative or GenerativeStatus()).model_copy(update=serving_status(isvc))
     cond = slo_condition(isvc, sig, problem)
     old = next((c for c in isvc.status.conditions if c.type == SLO_MET), None)
     cond_moved = old is None or (old.status, old.reason, old.message) != (cond.status, cond.reason, cond.message)
@@ -300,20 +366,171 @@ async def _record(
 
 
 async def _apply(cluster: GenCluster, isvc: InferenceService, decision: GenDecision, now: datetime) -> bool:
-    """Put the decision's replicas in force (the annotation reconcile scales the Deployment by); True when it did."""
+    """Put the decision in force: its replicas through the annotation reconcile scales the Deployment by, its lever
+    change through a reload (`_levers`); the annotations in one patch. True when the config in force moved (then the
+    caller reconciles: ConfigMap, Deployment, status)."""
     applied = config_in_force(isvc)
     meta = isvc.metadata
+    new = applied
     if decision.replicas != applied.replicas:
         reason = f"generative tuner: {decision.describe()}"
-        new = applied.model_copy(update={"replicas": decision.replicas, "changed_at": now, "reason": reason})
-        await cluster.patch_annotations(meta, in_force_annotation(new))
+        new = new.model_copy(update={"replicas": decision.replicas, "changed_at": now, "reason": reason})
         await cluster.emit_event(meta, "Normal", decision.reason_code or "TunerChange", reason)
         log.info("%s/%s generative tuner: replicas %d -> %d: %s", meta.namespace, meta.name, applied.replicas,
                  decision.replicas, decision.describe())  # fmt: skip
-        return True
-    if decision.changed:  # levers only: a reload, not applied in this operator yet
-        log.info("%s/%s generative tuner (levers not applied): %s", meta.namespace, meta.name, decision.describe())
-    return False
+    new, annotations = await _levers(cluster, isvc, decision, new, now)
+    if new != applied:
+        annotations |= in_force_annotation(new)
+    if annotations:
+        await cluster.patch_annotations(meta, annotations)
+    return new != applied or ROLLOUT_ANNOTATION in annotations
+
+
+# How long one pod's reload may take before it counts as failed: Triton loads the engine again and the backend
+# allocates the KV cache (design value, as the batching tuner's reload: `triton.control.apply_config`'s 300 s).
+LLM_RELOAD_TIMEOUT_SECONDS = 300.0
+# How often a reloaded pod's readiness is polled (design value: short beside a reload's seconds).
+READY_POLL_SECONDS = 0.1
+
+
+def llm_rollout(isvc: InferenceService) -> RolloutState | None:
+    """The lever rollout in flight on a generative service (hot mode), or None."""
+    if isvc.spec.tuning.mode != "hot":
+        return None
+    record = RolloutState.from_annotations(isvc.metadata.annotations)
+    return record if record is not None and record.llm_target is not None else None
+
+
+def _budget(reloads: tuple[datetime, ...], now: datetime) -> tuple[datetime, ...]:
+    """The reloads the budget still counts at `now` (its hour), with this one."""
+    return (*(t for t in reloads if (now - t).total_seconds() < RELOAD_BUDGET_SECONDS), now)
+
+
+async def _levers(
+    cluster: GenCluster, isvc: InferenceService, decision: GenDecision, new: InForce, now: datetime
+) -> tuple[InForce, dict[str, str]]:
+    """The lever change of `decision` (or the rollout in flight): the config in force `new` after it, and the rollout
+    annotation to write. Rolling mode puts the settings in force at once (reconcile rolls the pods); hot mode starts or
+    advances a canary and puts them in force when it is promoted. A rollout in flight is finished before another
+    lever change starts (the replicas still follow the law: pods started meanwhile are reloaded when promoted)."""
+    meta = isvc.metadata
+    current = llm_in_force(isvc)
+    wanted = serving_with(decision.levers, current)
+    rollout = llm_rollout(isvc)
+    if rollout is None and wanted == current:
+        return new, {}
+    if rollout is None:
+        why = f"generative tuner: {decision.describe()}"
+        reloads = _budget(new.llm_reloads, now)
+        if isvc.spec.tuning.mode != "hot":
+            message = f"{describe_llm(current)} -> {describe_llm(wanted)}: {why}"
+            await cluster.emit_event(meta, "Normal", decision.reason_code or LEVERS_CHANGED, message)
+            update = {"llm": wanted, "llm_reason": message, "llm_reloads": reloads, "changed_at": now}
+            return new.model_copy(update=update), {}
+        ips = await cluster.ready_pod_ips(isvc)
+        rollout = start_rollout(new.batching, new.batching, ips, now, None, why, llm=(wanted, current))
+        if rollout is None:
+            await cluster.emit_event(meta, "Warning", "NoReadyPod", f"no ready pod to reload: {why}")
+            return new, {}
+        # The reload is spent now (the budget counts it whatever the verdict); the cooldown starts with it.
+        new = new.model_copy(update={"llm_reloads": reloads, "changed_at": now})
+        message = f"canary {rollout.canary}: {describe_llm(wanted)} (from {describe_llm(current)}): {why}"
+        await cluster.emit_event(meta, "Normal", CANARY_STARTED, message)
+    step = await _advance(cluster, isvc, rollout, new, now)
+    record = step.state.to_annotation()[ROLLOUT_ANNOTATION] if step.state is not None else ""
+    # The record is written when it moved (a canary waiting its window writes nothing), and cleared when it ended.
+    moved = step.state is None or record != meta.annotations.get(ROLLOUT_ANNOTATION, "")
+    annotations = {ROLLOUT_ANNOTATION: record} if moved else {}
+    if step.outcome == "promoted":
+        assert rollout.llm_target is not None
+        reason = f"{rollout.reason}; {step.message}"
+        await cluster.emit_event(meta, "Normal", CANARY_PROMOTED, step.message)
+        new = new.model_copy(update={"llm": rollout.llm_target, "llm_reason": reason, "changed_at": now})
+    elif step.outcome == "rejected":
+        await cluster.emit_event(meta, "Warning", CANARY_REJECTED, step.message)
+        reason = f"{describe_llm(current)} stays: {step.message}"
+        new = new.model_copy(update={"llm_reason": reason, "changed_at": now})
+    return new, annotations
+
+
+async def _advance(
+    cluster: GenCluster, isvc: InferenceService, rollout: RolloutState, new: InForce, now: datetime
+) -> RolloutStep:
+    """Run the rollout to its next resting point: reloads with the tensorrt_llm config, each pod observed through
+    Triton (readiness, the live settings); the record is kept on the object before each reload."""
+    ips = await cluster.ready_pod_ips(isvc)
+    window = rollout_window(float(isvc.spec.slo.window_seconds)).total_seconds()
+    ttft = isvc.spec.slo.ttft
+    # No per-pod TTFT/TPOT is read: the canary is judged on its reload and its readiness over its window.
+    policy = RolloutPolicy(
+        slo_ms=ttft.target_ms if ttft is not None else isvc.spec.slo.latency_ms,
+        window_seconds=window,
+        latency_required=False,
+    )
+    loop = asyncio.get_running_loop()
+    model = isvc.model_name
+    kept = in_force_annotation(new) if new != config_in_force(isvc) else {}
+
+    def keep(record: RolloutState) -> None:  # the record (and the reload spent) go on the object before its reloads
+        patch = cluster.patch_annotations(isvc.metadata, {**kept, **record.to_annotation()})
+        asyncio.run_coroutine_threadsafe(patch, loop).result()
+
+    def reload(ip: str, _: Any) -> str:  # only a generative rollout runs here; its reloads go through reload_llm
+        return "not a tensorrt_llm reload"
+
+    def reload_llm(ip: str, llm: LlmServing) -> str:
+        return reload_llm_pod(isvc, ip, llm)
+
+    return await asyncio.to_thread(
+        advance_rollout, rollout, lambda: observe_llm_pods(ips, model), reload, policy, now, keep, None, reload_llm
+    )
+
+
+def live_llm(url: str, model: str) -> LlmServing | None:
+    """The tensorrt_llm settings a pod's Triton serves `model` with now; None when it cannot tell. Blocking."""
+    try:
+        return llm_serving_from_config(get_model_config_json(url, model))
+    except Exception:  # unreadable: unknown, the rollout neither counts the pod done nor rolls it back
+        return None
+
+
+def observe_llm_pods(ready_ips: tuple[str, ...], model: str) -> dict[str, PodObservation]:
+    """Per ready pod: the model's readiness and its live tensorrt_llm settings, from Triton. Reads only."""
+    pods: dict[str, PodObservation] = {}
+    for ip in ready_ips:
+        url = f"{ip}:{GRPC_PORT}"
+        ready = is_model_ready(url, model)
+        pods[ip] = pod_observation(ready, None, None, 0.0, llm=live_llm(url, model) if ready else None)
+    return pods
+
+
+def reload_llm_pod(isvc: InferenceService, ip: str, llm: LlmServing, clock: Callable[[], float] | None = None) -> str:
+    """Reload one pod's model with the tensorrt_llm config of `llm` (Triton swaps when the new copy is ready), wait
+    for it to be ready and read the settings back; "" or why it failed (Triton keeps the old model on a refusal).
+    Blocking."""
+    tick = clock or time.monotonic
+    url, model = f"{ip}:{GRPC_PORT}", isvc.model_name
+    outcome = "failed"
+    try:
+        config = model_config_json(isvc, isvc.spec.serving.batching, None, llm)
+        start = tick()
+        load_model(url, model, config, LLM_RELOAD_TIMEOUT_SECONDS)
+        while not is_model_ready(url, model):
+            if tick() - start > LLM_RELOAD_TIMEOUT_SECONDS:
+                return f"{model!r} on {ip} loaded but not ready after {LLM_RELOAD_TIMEOUT_SECONDS:.0f} s"
+            time.sleep(READY_POLL_SECONDS)
+        live = live_llm(url, model)
+        if live != llm:
+            shown = "unreadable" if live is None else describe_llm(live)
+            return f"{model!r} on {ip} serves {shown} after the reload, not {describe_llm(llm)}"
+        outcome = "ok"
+        return ""
+    except (ApplyError, ConfigError, OSError) as exc:
+        return str(exc)
+    except Exception as exc:  # tritonclient raises its own exception types for transport errors
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        metrics.CONFIG_RELOADS.labels(isvc.metadata.namespace, isvc.metadata.name, "hot", outcome).inc()
 
 
 # ----------------------------------------------------------------------------------------------------- explain
@@ -334,9 +551,10 @@ def explain_generative(isvc: InferenceService, now: datetime, *, as_json: bool =
     decision = None
     if sig is not None:
         obs = observation(sig, isvc.status.replicas.ready)
-        in_force = GenInForce(replicas=applied.replicas, levers=levers_from_spec(isvc.spec))
         try:
-            decision = decide_generative(GenState(), in_force, obs, GenPolicy.from_spec(isvc.spec), now.timestamp())
+            decision = decide_generative(
+                GenState(), gen_in_force(isvc), obs, GenPolicy.from_spec(isvc.spec), now.timestamp()
+            )
         except GenPolicyError as exc:
             problem = str(exc)
     gen = generative_status(isvc, sig) if sig is not None else None

@@ -14,7 +14,7 @@ import json
 from pydantic import ValidationError
 
 from tailtune.api.keys import APPLIED_ANNOTATION, TUNER_STATE_ANNOTATION
-from tailtune.api.v1alpha1 import Batching, InferenceService
+from tailtune.api.v1alpha1 import Batching, InferenceService, LlmServing
 from tailtune.tuner.types import InForce, TunerState, max_batch_cap
 
 
@@ -46,6 +46,25 @@ def in_force(isvc: InferenceService) -> InForce:
     if not notes:
         return kept
     return clamped.model_copy(update={"reason": clamp_message(notes)})
+
+
+# The tensorrt_llm settings the generative tuner moves (its levers); the rest of spec.serving.llm is the spec's alone.
+LLM_LEVER_FIELDS = (
+    "batch_scheduler_policy",
+    "kv_cache_free_gpu_mem_fraction",
+    "enable_chunked_context",
+    "max_queue_size",
+)
+
+
+def llm_in_force(isvc: InferenceService) -> LlmServing:
+    """A generative model's tensorrt_llm load-time settings in force: spec.serving.llm with the tuner's levers over it
+    (its last promoted change, kept on the config in force); the spec's alone when the tuner has none."""
+    spec = isvc.spec.llm_serving()
+    kept = in_force(isvc).llm
+    if kept is None:
+        return spec
+    return spec.model_copy(update={f: getattr(kept, f) for f in LLM_LEVER_FIELDS})
 
 
 def clamp_to_spec(config: InForce, isvc: InferenceService) -> tuple[InForce, tuple[str, ...]]:

@@ -37,7 +37,7 @@ from tailtune.operator.engine import (
 )
 from tailtune.operator.generative import carry_into
 from tailtune.operator.inforce import in_force as config_in_force
-from tailtune.operator.inforce import tuner_state
+from tailtune.operator.inforce import llm_in_force, tuner_state
 from tailtune.operator.modelconfig import EngineIOUnknown, TensorMismatch, model_config_pbtxt
 from tailtune.operator.observed import ChildRejected, DeploymentObservation, EngineInfo, JobObservation, Observed
 from tailtune.operator.rollout import RolloutState
@@ -85,7 +85,7 @@ def desired_state(isvc: InferenceService, observed: Observed) -> Desired:
         objects.append(build_engine_job(isvc, cache_key))
     elif job.succeeded:
         try:
-            in_force = model_config_pbtxt(isvc, applied.batching, info)
+            in_force = model_config_pbtxt(isvc, applied.batching, info, llm_in_force(isvc))
             # Hot mode reloads batching in place: only the spec's start config (or a failed hot apply) rolls pods.
             rolls = isvc.spec.tuning.mode == "rolling" or applied.rolled or not isvc.spec.tuning.enabled
             rolling_basis = in_force if rolls else model_config_pbtxt(isvc, isvc.spec.serving.batching, info)
@@ -140,6 +140,7 @@ def rollout_status(isvc: InferenceService) -> RolloutStatus:
         max_queue_delay_microseconds=r.target.max_queue_delay_microseconds,
         since=r.since.strftime("%Y-%m-%dT%H:%M:%SZ") if r.since else None,
         reason=r.reason or None,
+        llm=r.llm_target,
     )
 
 

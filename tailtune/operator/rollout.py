@@ -1,5 +1,5 @@
-"""Safe rollout of a batching change: one pod first (the canary), judged against the SLO, then promoted to
-the rest a bounded number of pods at a time, or rolled back.
+"""Safe rollout of a batching change, or of a generative model's tensorrt_llm load-time settings: one pod first
+(the canary), judged against the SLO, then promoted to the rest a bounded number of pods at a time, or rolled back.
 
 `decide_rollout(state, pods, policy, now) -> RolloutStep` is pure: it reads the rollout record kept on the
 object (`tailtune.io/rollout`) and what each pod shows now (readiness, the batching Triton reports live, its
@@ -27,7 +27,7 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from tailtune.api.keys import ROLLOUT_ANNOTATION
-from tailtune.api.v1alpha1 import Batching
+from tailtune.api.v1alpha1 import Batching, LlmServing
 from tailtune.triton.config import batching_equivalent
 from tailtune.tuner.prom import PodWindow
 from tailtune.tuner.types import judged_window_seconds
@@ -58,6 +58,16 @@ class RolloutState(BaseModel):
     demand_rps: float | None = None
     reason: str = ""  # the law's reason for the change
     verdict: str = ""  # why the canary was rejected (rolling back) or promoted
+    # A generative service's rollout: the tensorrt_llm load-time settings tried and those before (its batching
+    # stays as it is; a pod runs the target when its live settings equal `llm_target`).
+    llm_target: LlmServing | None = None
+    llm_previous: LlmServing | None = None
+
+    def reloads_to(self, stage: Stage) -> tuple[Batching, LlmServing | None]:
+        """The config a pod is reloaded with at `stage`: the previous one when rolling back, else the target."""
+        if stage == "rolling-back":
+            return self.previous, self.llm_previous
+        return self.target, self.llm_target
 
     def to_annotation(self) -> dict[str, str]:
         """The annotation patch that keeps this rollout."""
@@ -85,6 +95,7 @@ class PodObservation:
     error_rate: float | None = None  # failed / all requests over the window
     samples: int | None = None
     reload_error: str = ""  # set by the driver when the reload it was told to do failed
+    llm: LlmServing | None = None  # the tensorrt_llm settings Triton reports live (a generative model; None: unknown)
 
 
 class PodReader(Protocol):
@@ -94,12 +105,29 @@ class PodReader(Protocol):
 
 
 def pod_observation(
-    ready: bool, live: Batching | None, window: PodWindow | None, window_seconds: float
+    ready: bool,
+    live: Batching | None,
+    window: PodWindow | None,
+    window_seconds: float,
+    llm: LlmServing | None = None,
 ) -> PodObservation:
-    """One pod's observation from Triton's word (readiness, live batching) and its Prometheus window."""
+    """One pod's observation from Triton's word (readiness, live batching or tensorrt_llm settings) and its
+    Prometheus window."""
     w = window or PodWindow()
     samples = None if w.success_rps is None else round(w.success_rps * window_seconds)
-    return PodObservation(ready, live, w.p_ms, w.error_rate, samples)
+    return PodObservation(ready, live, w.p_ms, w.error_rate, samples, llm=llm)
+
+
+def runs_target(state: RolloutState, pod: PodObservation) -> bool:
+    """The pod runs the rollout's target: its live tensorrt_llm settings for a generative rollout, else its batching."""
+    if state.llm_target is not None:
+        return pod.llm is not None and pod.llm == state.llm_target
+    return pod.batching is not None and batching_equivalent(pod.batching, state.target)
+
+
+def config_known(state: RolloutState, pod: PodObservation) -> bool:
+    """Triton told the pod's live config (of the kind this rollout changes)."""
+    return (pod.llm if state.llm_target is not None else pod.batching) is not None
 
 
 @dataclass(frozen=True)
@@ -146,8 +174,10 @@ def start_rollout(
     now: datetime,
     demand_rps: float | None,
     reason: str,
+    llm: tuple[LlmServing, LlmServing] | None = None,
 ) -> RolloutState | None:
-    """A new rollout with the first ready pod (by IP) as the canary; None without a ready pod."""
+    """A new rollout with the first ready pod (by IP) as the canary; None without a ready pod. `llm`: the
+    (target, previous) tensorrt_llm settings of a generative rollout."""
     if not ready_pods:
         return None
     return RolloutState(
@@ -157,6 +187,8 @@ def start_rollout(
         started=now,
         demand_rps=demand_rps,
         reason=reason,
+        llm_target=llm[0] if llm else None,
+        llm_previous=llm[1] if llm else None,
     )
 
 
@@ -173,7 +205,7 @@ def decide_rollout(
         return _roll_back(state, pods, f"the canary {state.canary} refused the reload: {canary.reload_error}")
     if canary is None or not canary.ready:
         return _roll_back(state, pods, f"the canary {state.canary} is no longer ready")
-    on_target = canary.batching is not None and batching_equivalent(canary.batching, state.target)
+    on_target = runs_target(state, canary)
     if state.since is None:
         if on_target:
             # Reloaded, then a restart lost the record's update. The record was kept just before that reload, so
@@ -184,7 +216,7 @@ def decide_rollout(
         return RolloutStep(
             ((state.canary, state.target),), state, CANARY_STARTED, f"reloading the canary {state.canary}"
         )
-    if canary.batching is not None and not on_target:
+    if config_known(state, canary) and not on_target:
         return _roll_back(state, pods, f"the canary {state.canary} no longer runs the target (restarted?)")
     waited = (now - state.since).total_seconds()
     if waited < policy.window_seconds:
@@ -233,29 +265,18 @@ def _promote(state: RolloutState, pods: Mapping[str, PodObservation], policy: Ro
     if failed:
         ip, err = sorted(failed.items())[0]
         return _roll_back(state, pods, f"pod {ip} refused the reload while promoting: {err}")
-    todo = sorted(
-        ip
-        for ip, p in pods.items()
-        if p.ready and not (p.batching is not None and batching_equivalent(p.batching, state.target))
-    )
+    todo = sorted(ip for ip, p in pods.items() if p.ready and not runs_target(state, p))
     if not todo:
-        return RolloutStep(
-            (), None, CANARY_PROMOTED, f"{_describe(state.target)} promoted: {state.verdict}", "promoted"
-        )
+        return RolloutStep((), None, CANARY_PROMOTED, f"{describe(state)} promoted: {state.verdict}", "promoted")
     batch = todo[: max(1, policy.max_unavailable)]
     return RolloutStep(tuple((ip, state.target) for ip in batch), state, PROMOTING, f"promoting to {', '.join(batch)}")
 
 
 def _roll_back(state: RolloutState, pods: Mapping[str, PodObservation], why: str) -> RolloutStep:
     back = state.model_copy(update={"stage": "rolling-back", "verdict": why})
-    todo = sorted(
-        ip
-        for ip, p in pods.items()
-        if p.ready and p.batching is not None and batching_equivalent(p.batching, state.target)
-        and not p.reload_error
-    )  # fmt: skip
+    todo = sorted(ip for ip, p in pods.items() if p.ready and runs_target(state, p) and not p.reload_error)
     if not todo:
-        return RolloutStep((), None, CANARY_REJECTED, f"{_describe(state.target)} rejected: {why}", "rejected")
+        return RolloutStep((), None, CANARY_REJECTED, f"{describe(state)} rejected: {why}", "rejected")
     return RolloutStep(tuple((ip, state.previous) for ip in todo), back, ROLLING_BACK, f"rolling back: {why}")
 
 
@@ -267,18 +288,29 @@ def advance_rollout(
     now: datetime,
     keep: Callable[[RolloutState], None] | None = None,
     clock: Callable[[], datetime] | None = None,
+    reload_llm: Callable[[str, LlmServing], str] | None = None,
 ) -> RolloutStep:
-    """Run `decide_rollout` until it waits or ends: each reload (`reload(ip, batching)` returns "" or the
-    error) is followed by a fresh `observe()`. `keep` is called with each record before its reloads, so a
-    restart resumes from the last one. The canary's window starts when its reload ended (`clock()`, else
-    `now`): the reload's own stall is not the config's latency. No I/O of its own."""
+    """Run `decide_rollout` until it waits or ends: each reload (`reload(ip, batching)`, or for a generative
+    rollout `reload_llm(ip, settings)`, returns "" or the error) is followed by a fresh `observe()`. `keep` is
+    called with each record before its reloads, so a restart resumes from the last one. The canary's window starts
+    when its reload ended (`clock()`, else `now`): the reload's own stall is not the config's latency. No I/O of its
+    own."""
+
+    def _reload(record: RolloutState, ip: str, batching: Batching) -> str:
+        if record.llm_target is None:
+            return reload(ip, batching)
+        llm = record.reloads_to(record.stage)[1]
+        if reload_llm is None or llm is None:  # a caller's mistake, failed as a reload so the rollout ends
+            return "a generative rollout without a tensorrt_llm reload or settings"
+        return reload_llm(ip, llm)
+
     step = decide_rollout(state, observe(), policy, now)
     for _ in range(64):  # bounded: every pass reloads a pod or ends
         if not step.reloads or step.state is None:
             return step
         if keep is not None:
             keep(step.state)
-        errors = {ip: err for ip, batching in step.reloads if (err := reload(ip, batching))}
+        errors = {ip: err for ip, batching in step.reloads if (err := _reload(step.state, ip, batching))}
         pods = dict(observe())
         for ip, err in errors.items():
             if ip in pods:
@@ -297,11 +329,22 @@ def advance_rollout(
 
 
 def _with_error(p: PodObservation, err: str) -> PodObservation:
-    return PodObservation(p.ready, p.batching, p.p_ms, p.error_rate, p.samples, err)
+    return PodObservation(p.ready, p.batching, p.p_ms, p.error_rate, p.samples, err, p.llm)
 
 
-def _describe(b: Batching) -> str:
+def describe(state: RolloutState) -> str:
+    """The config a rollout tries, in a few words."""
+    if state.llm_target is not None:
+        return describe_llm(state.llm_target)
+    b = state.target
     return f"max batch {b.max_batch_size}, delay {b.max_queue_delay_microseconds} us"
+
+
+def describe_llm(s: LlmServing) -> str:
+    """tensorrt_llm load-time settings in a few words."""
+    queue = f"queue {s.max_queue_size}" if s.max_queue_size else "queue unbounded"
+    chunked = "chunked prefill" if s.enable_chunked_context else "no chunked prefill"
+    return f"{s.batch_scheduler_policy}, KV share {s.kv_cache_free_gpu_mem_fraction:g}, {chunked}, {queue}"
 
 
 def reload_fits(engine_bytes: int | None, used_bytes: float | None, total_bytes: float | None) -> bool | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from tailtune.api.v1alpha1 import InferenceServiceSpec
+from tailtune.api.v1alpha1 import InferenceServiceSpec, LlmServing
 from tailtune.sim.llm import (
     FLOPS_PER_PARAM_PER_TOKEN,
     ROOFLINES,
@@ -210,12 +210,28 @@ class GenPolicy:
 
 def levers_from_spec(spec: InferenceServiceSpec) -> GenLevers:
     """The levers spec.serving.llm sets (the backend's defaults where unset)."""
-    s = spec.llm_serving()
+    return levers_of(spec.llm_serving())
+
+
+def levers_of(s: LlmServing) -> GenLevers:
+    """The levers a tensorrt_llm model config's load-time settings set."""
     return GenLevers(
         kv_cache_free_gpu_mem_fraction=s.kv_cache_free_gpu_mem_fraction,
         max_queue_size=s.max_queue_size,
         enable_chunked_context=s.enable_chunked_context,
         batch_scheduler_policy=s.batch_scheduler_policy,
+    )
+
+
+def serving_with(levers: GenLevers, base: LlmServing) -> LlmServing:
+    """`base` (the settings in force) with the levers set: what a lever change reloads."""
+    return base.model_copy(
+        update={
+            "kv_cache_free_gpu_mem_fraction": levers.kv_cache_free_gpu_mem_fraction,
+            "max_queue_size": levers.max_queue_size,
+            "enable_chunked_context": levers.enable_chunked_context,
+            "batch_scheduler_policy": levers.batch_scheduler_policy,
+        }
     )
 
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tailtune.api.v1alpha1 import Batching, Replicas, Slo, Tuning
+from tailtune.api.v1alpha1 import Batching, LlmServing, Replicas, Slo, Tuning
 from tailtune.tuner.servicetime import BatchSample, Curve, CurvePoint
 from tailtune.tuner.shedding import shed_batch_max
 
@@ -200,10 +200,19 @@ class InForce(_Frozen):
     changed_at: datetime | None = Field(default=None, alias="changedAt")
     reason: str = ""
     rolled: bool = False
+    # A generative service's tensorrt_llm load-time settings in force (None: spec.serving.llm's), why, and when the
+    # generative tuner last reloaded them (its reload budget counts these; `tailtune.tuner.generative`).
+    llm: LlmServing | None = None
+    llm_reason: str = Field(default="", alias="llmReason")
+    llm_reloads: tuple[datetime, ...] = Field(default=(), alias="llmReloads")
 
     def to_annotation(self) -> str:
-        """Canonical JSON (camelCase batching, RFC 3339 time)."""
-        return json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True)
+        """Canonical JSON (camelCase batching, RFC 3339 time); the generative fields only where set."""
+        doc = self.model_dump(mode="json", by_alias=True)
+        for key in ("llm", "llmReason", "llmReloads"):
+            if not doc[key]:
+                doc.pop(key)
+        return json.dumps(doc, sort_keys=True)
 
     @classmethod
     def from_annotation(cls, raw: str) -> InForce:

@@ -257,3 +257,39 @@ def test_law_skips_a_config_rejected_at_this_load_for_a_while() -> None:
     assert rejected_now(state, 100.0, T0 + timedelta(minutes=5)) == frozenset()
     assert rejected_now(state, 200.0, T0 + timedelta(hours=1)) == frozenset()  # long ago
     assert TunerState.from_dict(state.to_dict()) == state
+
+
+def test_a_generative_rollout_judges_the_live_settings_and_rolls_back_to_the_previous_ones() -> None:
+    """A rollout of tensorrt_llm settings (batching unchanged): a pod runs the target when its live settings equal
+    it; a canary that drops out of readiness is rolled back with the previous settings, never the batching reload
+    (caught: the batching's equality made every pod look on target, since the batching does not move)."""
+    from tailtune.api.v1alpha1 import LlmServing
+
+    old, new = LlmServing(), LlmServing(enable_chunked_context=True)
+    live = dict.fromkeys(IPS, old)
+    ready = dict.fromkeys(IPS, True)
+    reloads: list[tuple[str, LlmServing]] = []
+
+    def observe() -> Mapping[str, PodObservation]:
+        return {ip: PodObservation(ready[ip], OLD, llm=live[ip]) for ip in IPS}
+
+    def reload_llm(ip: str, settings: LlmServing) -> str:
+        reloads.append((ip, settings))
+        live[ip] = settings
+        return ""
+
+    def batching_reload(ip: str, b: Batching) -> str:
+        raise AssertionError("a generative rollout reloads its settings, not the batching")
+
+    policy = RolloutPolicy(slo_ms=500.0, window_seconds=60.0, latency_required=False)
+    state = start_rollout(OLD, OLD, IPS, T0, None, "TTFT binds", llm=(new, old))
+    assert state is not None
+    step = advance_rollout(state, observe, batching_reload, policy, T0, reload_llm=reload_llm)
+    assert reloads == [("10.0.0.1", new)] and step.state is not None and step.state.since == T0
+    ready["10.0.0.1"] = False  # the canary drops out of readiness: rejected, the pods on the target go back
+    live["10.0.0.2"] = new  # a pod restarted onto the target meanwhile
+    step = advance_rollout(
+        step.state, observe, batching_reload, policy, T0 + timedelta(seconds=30), reload_llm=reload_llm
+    )
+    assert reloads[1:] == [("10.0.0.2", old)]
+    assert step.outcome == "rejected" and step.state is None and "no longer ready" in step.message

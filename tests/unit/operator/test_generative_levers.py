@@ -1,0 +1,233 @@
+"""The generative tuner's lever changes applied (tailtune.operator.generative): a reload of the tensorrt_llm settings
+through the canary in hot mode (one pod, judged over a window, then the rest, or rolled back), at once with a pod roll
+in rolling mode; in force on the object (rendered into the ConfigMap by reconcile), counted by the reload budget, told
+by an Event and in status."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tailtune.api import InferenceService
+from tailtune.api.keys import APPLIED_ANNOTATION, CONFIG_HASH_ANNOTATION, ROLLOUT_ANNOTATION
+from tailtune.api.v1alpha1 import Batching, Condition, GenerativeStatus, LlmServing
+from tailtune.operator import generative
+from tailtune.operator.generative import gen_in_force, generative_status, serving_status
+from tailtune.operator.inforce import in_force, llm_in_force
+from tailtune.operator.reconcile import desired_state, rollout_status
+from tailtune.tuner.generative import (
+    LEVERS_CHANGED,
+    RELOADS_PER_HOUR,
+    GenDecision,
+    GenLevers,
+    GenPolicy,
+    levers_of,
+    reloads_left,
+)
+from tailtune.tuner.types import InForce
+from tests.unit.operator.test_generative_status import _sig
+from tests.unit.operator.test_trtllm_serving import _by_kind, _succeeded, llm
+
+NOW = datetime(2026, 12, 6, 0, 0, tzinfo=UTC)
+PODS = ("10.0.0.1", "10.0.0.2")
+# The spec's levers (test_trtllm_serving.SERVING) with the most KV share the tuner gives.
+MORE_KV = GenLevers(
+    kv_cache_free_gpu_mem_fraction=0.95,
+    max_queue_size=64,
+    enable_chunked_context=True,
+    batch_scheduler_policy="max_utilization",
+)
+
+
+class FakeCluster:
+    """The API server's side of a tick: annotations patched onto a raw object, Events kept."""
+
+    def __init__(self, isvc: InferenceService) -> None:
+        self.raw = isvc.model_dump(by_alias=True, mode="json", exclude_none=True)
+        self.events: list[tuple[str, str, str]] = []
+
+    def isvc(self) -> InferenceService:
+        return InferenceService.model_validate(self.raw)
+
+    async def patch_annotations(self, meta: Any, annotations: dict[str, str]) -> None:
+        kept = self.raw["metadata"].setdefault("annotations", {})
+        for k, v in annotations.items():
+            if v:
+                kept[k] = v
+            else:
+                kept.pop(k, None)
+
+    async def patch_generative(self, meta: Any, g: GenerativeStatus, conditions: list[Condition] | None) -> None:
+        return None
+
+    async def emit_event(self, meta: Any, type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason, message))
+
+    async def ready_pod_ips(self, isvc: InferenceService) -> tuple[str, ...]:
+        return PODS
+
+
+class FakeTriton:
+    """Each pod's live tensorrt_llm settings; a reload sets them, or fails where told to."""
+
+    def __init__(self, live: LlmServing, refuse: set[str] | None = None) -> None:
+        self.live = dict.fromkeys(PODS, live)
+        self.refuse = refuse or set()
+        self.reloads: list[tuple[str, LlmServing]] = []
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        def reload(isvc: InferenceService, ip: str, settings: LlmServing) -> str:
+            self.reloads.append((ip, settings))
+            if ip in self.refuse:
+                return "Triton refused to load 'llm': out of memory"
+            self.live[ip] = settings
+            return ""
+
+        monkeypatch.setattr(generative, "reload_llm_pod", reload)
+        monkeypatch.setattr(
+            generative,
+            "observe_llm_pods",
+            lambda ips, model: {ip: generative.pod_observation(True, None, None, 0.0, llm=self.live[ip]) for ip in ips},
+        )
+
+
+def _isvc(mode: str = "hot") -> InferenceService:
+    return llm(spec__tuning__mode=mode, spec__serving__replicas={"min": 2, "max": 2})
+
+
+def _decision(levers: GenLevers, replicas: int = 2) -> GenDecision:
+    return GenDecision(replicas, levers, LEVERS_CHANGED, "TTFT binds: the most KV", changed=True)
+
+
+def _apply(cluster: FakeCluster, decision: GenDecision, at: datetime) -> bool:
+    return asyncio.run(generative._apply(cluster, cluster.isvc(), decision, at))  # type: ignore[arg-type]
+
+
+def test_a_lever_change_reloads_a_canary_then_the_rest_and_goes_in_force(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Hot mode: the canary alone is reloaded with the new settings, the record and the reload spent go on the object
+    first; after its window the other pod follows and the settings go in force, rendered into the ConfigMap without a
+    pod roll; an Event at the start and at the end; status says what is in force and why (caught: lever changes were
+    logged, never applied)."""
+    isvc = _isvc()
+    spec_settings = isvc.spec.llm_serving()
+    wanted = LlmServing(**{**spec_settings.model_dump(), "kv_cache_free_gpu_mem_fraction": 0.95})
+    levers = levers_of(wanted)
+    triton = FakeTriton(spec_settings)
+    triton.install(monkeypatch)
+    cluster = FakeCluster(isvc)
+    before = desired_state(isvc, _succeeded(isvc, tmp_path))
+
+    assert _apply(cluster, _decision(levers), NOW)
+    assert triton.reloads == [(PODS[0], wanted)]  # the canary only
+    started = cluster.isvc()
+    record = json.loads(started.metadata.annotations[ROLLOUT_ANNOTATION])
+    assert record["stage"] == "canary" and record["canary"] == PODS[0]
+    assert LlmServing.model_validate(record["llm_target"]) == wanted
+    assert rollout_status(started).llm == wanted  # status.rollout shows what the canary runs
+    kept = in_force(started)
+    assert kept.llm is None and kept.llm_reloads == (NOW,) and kept.changed_at == NOW  # spent, not in force yet
+    assert [e[1] for e in cluster.events] == ["CanaryStarted"]
+
+    assert _apply(cluster, _decision(levers), NOW + timedelta(seconds=30)) is False  # within its window: waits
+    assert len(triton.reloads) == 1
+
+    assert _apply(cluster, _decision(levers), NOW + timedelta(seconds=61))
+    assert triton.reloads[1:] == [(PODS[1], wanted)]
+    done = cluster.isvc()
+    assert ROLLOUT_ANNOTATION not in done.metadata.annotations
+    assert llm_in_force(done) == wanted and in_force(done).llm_reloads == (NOW,)
+    assert [e[1] for e in cluster.events] == ["CanaryStarted", "CanaryPromoted"]
+    shown = serving_status(done)
+    assert shown["serving"] == wanted and "promoted" in shown["serving_reason"]
+    assert "KV share 0.95" in shown["serving_reason"]
+
+    after = desired_state(done, _succeeded(done, tmp_path))
+    a, b = _by_kind(before.objects), _by_kind(after.objects)
+    assert '"0.85"' in a["ConfigMap"]["data"]["config.pbtxt"].split("kv_cache_free_gpu_mem_fraction")[1][:60]
+    assert '"0.95"' in b["ConfigMap"]["data"]["config.pbtxt"].split("kv_cache_free_gpu_mem_fraction")[1][:60]
+    template = "spec", "template", "metadata", "annotations"
+
+    def pod_hash(d: dict[str, Any]) -> str:
+        for k in template:
+            d = d[k]
+        return str(d[CONFIG_HASH_ANNOTATION])
+
+    assert pod_hash(a["Deployment"]) == pod_hash(b["Deployment"])  # reloaded in place: no pod roll on top
+
+
+def test_a_canary_that_refuses_the_reload_is_rejected_and_the_settings_stay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refused reload ends the rollout at once: nothing in force changes but the cooldown and the budget, a Warning
+    Event and status.generative.servingReason say why."""
+    isvc = _isvc()
+    triton = FakeTriton(isvc.spec.llm_serving(), refuse={PODS[0]})
+    triton.install(monkeypatch)
+    cluster = FakeCluster(isvc)
+    assert _apply(cluster, _decision(MORE_KV), NOW)
+    done = cluster.isvc()
+    assert ROLLOUT_ANNOTATION not in done.metadata.annotations
+    assert llm_in_force(done) == isvc.spec.llm_serving()
+    assert in_force(done).llm_reloads == (NOW,) and in_force(done).changed_at == NOW
+    kind, reason, message = cluster.events[-1]
+    assert (kind, reason) == ("Warning", "CanaryRejected") and "out of memory" in message
+    assert (
+        "stays" in serving_status(done)["serving_reason"] and "out of memory" in serving_status(done)["serving_reason"]
+    )
+    assert triton.live[PODS[1]] == isvc.spec.llm_serving()  # never touched
+
+
+def test_rolling_mode_puts_the_settings_in_force_at_once_and_rolls_the_pods(tmp_path: Path) -> None:
+    isvc = _isvc("rolling")
+    cluster = FakeCluster(isvc)
+    assert _apply(cluster, _decision(MORE_KV), NOW)
+    done = cluster.isvc()
+    assert levers_of(llm_in_force(done)) == MORE_KV and ROLLOUT_ANNOTATION not in done.metadata.annotations
+    assert cluster.events[-1][1] == LEVERS_CHANGED
+    one = _by_kind(desired_state(isvc, _succeeded(isvc, tmp_path)).objects)["Deployment"]
+    two = _by_kind(desired_state(done, _succeeded(done, tmp_path)).objects)["Deployment"]
+    hash_of = lambda d: d["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]  # noqa: E731
+    assert hash_of(one) != hash_of(two)
+
+
+def test_the_reload_budget_counts_the_reloads_kept_on_the_object() -> None:
+    """The law's reload budget reads the reloads the config in force keeps (a restart does not refill it)."""
+    isvc = _isvc()
+    spent = InForce(
+        batching=isvc.spec.serving.batching, replicas=2, llm_reloads=(NOW - timedelta(minutes=70), NOW), changed_at=NOW
+    )
+    raw = isvc.model_dump(by_alias=True, mode="json", exclude_none=True)
+    raw["metadata"]["annotations"] = {APPLIED_ANNOTATION: spent.to_annotation()}
+    seen = gen_in_force(InferenceService.model_validate(raw))
+    assert seen.reloads == (spent.llm_reloads[0].timestamp(), NOW.timestamp())
+    policy = GenPolicy.from_spec(isvc.spec)
+    assert reloads_left(seen, policy, NOW.timestamp()) == RELOADS_PER_HOUR - 1  # the one 70 min ago is out
+
+
+def test_only_the_levers_are_the_tuners_the_rest_of_serving_llm_stays_the_specs() -> None:
+    isvc = _isvc()
+    tuned = InForce(batching=isvc.spec.serving.batching, replicas=2, llm=LlmServing(max_queue_delay_microseconds=7))
+    raw = isvc.model_dump(by_alias=True, mode="json", exclude_none=True)
+    raw["metadata"]["annotations"] = {APPLIED_ANNOTATION: tuned.to_annotation()}
+    settings = llm_in_force(InferenceService.model_validate(raw))
+    assert settings.max_queue_delay_microseconds == isvc.spec.llm_serving().max_queue_delay_microseconds == 100
+    assert levers_of(settings) == levers_of(LlmServing())
+
+
+def test_a_batching_services_config_in_force_is_written_as_before() -> None:
+    """The generative fields stay out of the annotation where unset (a batching service's is unchanged)."""
+    doc = json.loads(InForce(batching=Batching(max_batch_size=8), replicas=1).to_annotation())
+    assert set(doc) == {"batching", "replicas", "changedAt", "reason", "rolled"}
+    back = InForce.from_annotation(InForce(batching=Batching(), replicas=1, llm=LlmServing()).to_annotation())
+    assert back.llm == LlmServing()
+
+
+def test_status_generative_shows_the_settings_in_force() -> None:
+    isvc = _isvc()
+    g = generative_status(isvc, _sig())
+    assert g.serving == isvc.spec.llm_serving() and g.serving_reason == generative.SPEC_SERVING_REASON
