@@ -19,6 +19,7 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
 from devkit.faults import ReloadFault
+from devkit.llm.repository import emulate_trtllm, is_trtllm_config
 from devkit.triton.repository import DESCRIPTIONS, ModelKind
 from tailtune.triton.config import ModelConfig, config_from_json, config_to_json
 
@@ -111,6 +112,14 @@ def emulate(cfg: ModelConfig, parameters: Mapping[str, str]) -> ModelConfig:
     return out
 
 
+def emulate_any(cfg: ModelConfig, parameters: Mapping[str, str]) -> ModelConfig:
+    """A reload's config on this pod's emulation: a tensorrt_llm config becomes the EMULATED LLM with its load-time
+    settings (`devkit.llm.repository.emulate_trtllm`), any other the emulated accelerator (`emulate`)."""
+    if is_trtllm_config(cfg):
+        return emulate_trtllm(cfg, parameters)
+    return emulate(cfg, parameters)
+
+
 def emulate_pbtxt(text: str, parameters: Mapping[str, str]) -> str:
     """`emulate` on a `config.pbtxt` (the operator's ConfigMap), returning `config.pbtxt` text."""
     cfg = model_config_pb2.ModelConfig()
@@ -141,7 +150,7 @@ def emulate_load_body(body: bytes, parameters: Mapping[str, str], fault: ReloadF
         cfg = config_from_json(config)
     except (ValueError, json_format.ParseError) as exc:
         raise EmulationError(f"the config override does not parse: {exc}") from None
-    emulated = emulate(cfg, parameters)
+    emulated = emulate_any(cfg, parameters)
     params["config"] = config_to_json(fault.apply(emulated) if fault is not None else emulated)
     return json.dumps(doc, separators=(",", ":")).encode()
 
@@ -159,6 +168,6 @@ def emulate_grpc_load(request: bytes, parameters: Mapping[str, str], fault: Relo
         cfg = config_from_json(req.parameters["config"].string_param)
     except (ValueError, json_format.ParseError) as exc:
         raise EmulationError(f"the config override does not parse: {exc}") from None
-    emulated = emulate(cfg, parameters)
+    emulated = emulate_any(cfg, parameters)
     req.parameters["config"].string_param = config_to_json(fault.apply(emulated) if fault is not None else emulated)
     return bytes(req.SerializeToString())

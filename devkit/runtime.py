@@ -49,7 +49,7 @@ from devkit.emulation import (
 )
 from devkit.kubeclient import ApiError, KubeClient
 from devkit.llm.pod import LlmPodError, is_llm_pod, llm_from_annotations, warmup_requests
-from devkit.llm.repository import write_llm_repository
+from devkit.llm.repository import is_trtllm_config, parse_pbtxt, with_trtllm_settings, write_llm_repository
 from devkit.pods import (
     ContainerView,
     Manifest,
@@ -470,6 +470,9 @@ class Runtime:
             try:
                 llm = llm_from_annotations(annotations)
                 llm = replace(llm, warmup_requests=warmup_requests(config_text) or llm.warmup_requests)
+                config = parse_pbtxt(config_text)
+                if is_trtllm_config(config):  # the operator's load-time settings (spec.serving.llm or the tuner's)
+                    llm = with_trtllm_settings(llm, config)
             except LlmPodError as exc:
                 raise PodError(str(exc)) from None
             write_llm_repository(repo, model, llm)

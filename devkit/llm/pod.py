@@ -3,8 +3,10 @@
 On a real cluster the pod's repository holds Triton's `tensorrt_llm` model (the operator's config) and the engine
 `trtllm-build` made. Here `devkit.runtime` writes the emulated inflight-batching LLM (`devkit.llm.repository`)
 under the model name the pod loads, when the pod carries `emulated-llm.dev.tailtune.io/*` annotations
-(`spec.serving.podAnnotations`), which set the emulated engine (`EmulatedLlm`, TensorRT-LLM's parameter names
-where it has them). Pure: no I/O.
+(`spec.serving.podAnnotations`), which set the emulated hardware and engine limits (`EmulatedLlm`, TensorRT-LLM's
+parameter names where it has them). The load-time settings (scheduler policy, KV share, chunked prefill, queue size)
+are the operator's, from the pod's tensorrt_llm config (`devkit.llm.repository.with_trtllm_settings`): an annotation
+for one is refused, so the spec (or the tuner's change) is the only place they are set. Pure: no I/O.
 
 Warmup: Triton 2.51 does not send a decoupled model its `model_warmup` requests (measured: a decoupled model with
 two warmup samples loads and has served no token), and TensorRT-LLM's model config has none, so the model runs its
@@ -20,7 +22,7 @@ from collections.abc import Mapping
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from devkit.llm.engine import ROOFLINES, SCHEDULER_POLICIES
+from devkit.llm.engine import ROOFLINES
 from devkit.llm.repository import EmulatedLlm
 
 LLM_ANNOTATION_PREFIX = "emulated-llm.dev.tailtune.io/"
@@ -30,13 +32,16 @@ _FIELDS: dict[str, tuple[str, type]] = {
     "time-scale": ("time_scale", float),
     "max-batch-size": ("max_batch_size", int),
     "max-num-tokens": ("max_num_tokens", int),
-    "batch-scheduler-policy": ("batch_scheduler_policy", str),
-    "enable-chunked-context": ("enable_chunked_context", bool),
-    "kv-cache-free-gpu-mem-fraction": ("kv_cache_free_gpu_mem_fraction", float),
     "kv-cache-tokens": ("kv_cache_tokens", int),
     "iteration-overhead-ms": ("iteration_overhead_ms", float),
-    "max-queue-size": ("max_queue_size", int),
     "warmup-requests": ("warmup_requests", int),
+}
+# The load-time settings the operator's tensorrt_llm config sets (spec.serving.llm's field names).
+_SERVING_FIELDS = {
+    "batch-scheduler-policy": "batchSchedulerPolicy",
+    "enable-chunked-context": "enableChunkedContext",
+    "kv-cache-free-gpu-mem-fraction": "kvCacheFreeGpuMemFraction",
+    "max-queue-size": "maxQueueSize",
 }
 
 
@@ -56,6 +61,11 @@ def llm_from_annotations(annotations: Mapping[str, str]) -> EmulatedLlm:
         if not key.startswith(LLM_ANNOTATION_PREFIX):
             continue
         short = key[len(LLM_ANNOTATION_PREFIX) :]
+        if short in _SERVING_FIELDS:
+            raise LlmPodError(
+                f"annotation {key}: a load-time setting of the tensorrt_llm config; set spec.serving.llm."
+                f"{_SERVING_FIELDS[short]} (the operator renders it into the pod's config) instead"
+            )
         if short not in _FIELDS:
             raise LlmPodError(f"annotation {key}: unknown; use one of {', '.join(sorted(_FIELDS))}")
         name, kind = _FIELDS[short]
@@ -72,11 +82,6 @@ def llm_from_annotations(annotations: Mapping[str, str]) -> EmulatedLlm:
     if llm.roofline not in ROOFLINES:
         raise LlmPodError(
             f"annotation {LLM_ANNOTATION_PREFIX}roofline={llm.roofline!r}: use one of {', '.join(ROOFLINES)}"
-        )
-    if llm.batch_scheduler_policy not in SCHEDULER_POLICIES:
-        raise LlmPodError(
-            f"annotation {LLM_ANNOTATION_PREFIX}batch-scheduler-policy={llm.batch_scheduler_policy!r}: "
-            f"use one of {', '.join(SCHEDULER_POLICIES)}"
         )
     if llm.time_scale <= 0:
         raise LlmPodError(f"annotation {LLM_ANNOTATION_PREFIX}time-scale={llm.time_scale!r}: must be > 0")

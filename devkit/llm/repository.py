@@ -1,16 +1,31 @@
 """Lay out the EMULATED LLM in a Triton model repository: a decoupled Python-backend model (config.pbtxt and
-`1/model.py` from `devkit/triton/models/emulated_llm`)."""
+`1/model.py` from `devkit/triton/models/emulated_llm`).
+
+The emulated model takes TensorRT-LLM's load-time settings (`batch_scheduler_policy`, `kv_cache_free_gpu_mem_fraction`,
+`enable_chunked_context`, `max_queue_size`) from the operator's tensorrt_llm config (`with_trtllm_settings`), at pod
+start from the ConfigMap and at a reload from the config override (`emulate_trtllm`, the pod's shim), and reports them
+where that config has them (parameters; `dynamic_batching.default_queue_policy.max_queue_size`), so the operator reads
+them back from the live config as it would from the real backend.
+"""
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
 
 import devkit
 from devkit.llm.engine import ROOFLINES, SCHEDULER_POLICIES, SchedulerPolicy
 from devkit.triton.local import venv_site_packages
+from tailtune.triton.config import ModelConfig, config_to_json
+from tailtune.triton.trtllm_config import BACKEND as TRTLLM_BACKEND
+from tailtune.triton.trtllm_config import llm_serving_from_config
 
 
 @dataclass(frozen=True)
@@ -52,6 +67,49 @@ class EmulatedLlm:
             out["kv_cache_tokens"] = str(self.kv_cache_tokens)
         return out
 
+    @classmethod
+    def from_parameters(cls, params: Mapping[str, str]) -> EmulatedLlm:
+        """The inverse of `parameters` (other keys ignored; a key missing keeps its default)."""
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            raw = params.get(f.name)
+            if raw is None:
+                continue
+            kind = {"bool": bool, "int": int, "float": float}.get(str(f.type).split(" |")[0], str)
+            values[f.name] = raw.lower() == "true" if kind is bool else kind(raw)
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def is_trtllm_config(cfg: ModelConfig) -> bool:
+    """The config is Triton's tensorrt_llm model (the operator's config of a generative model)."""
+    return bool(cfg.backend == TRTLLM_BACKEND)
+
+
+def with_trtllm_settings(llm: EmulatedLlm, cfg: ModelConfig) -> EmulatedLlm:
+    """`llm` with the load-time settings a tensorrt_llm config carries (the backend's defaults where it has none)."""
+    s = llm_serving_from_config(json.loads(config_to_json(cfg)))
+    return replace(
+        llm,
+        batch_scheduler_policy=s.batch_scheduler_policy,
+        kv_cache_free_gpu_mem_fraction=s.kv_cache_free_gpu_mem_fraction,
+        enable_chunked_context=s.enable_chunked_context,
+        max_queue_size=s.max_queue_size,
+    )
+
+
+def parse_pbtxt(text: str) -> ModelConfig:
+    """A `config.pbtxt` as a ModelConfig (fields this Triton does not know are skipped)."""
+    cfg = model_config_pb2.ModelConfig()
+    text_format.Parse(text, cfg, allow_unknown_field=True)
+    return cfg
+
+
+def emulate_trtllm(cfg: ModelConfig, parameters: Mapping[str, str]) -> ModelConfig:
+    """A tensorrt_llm config (the operator's reload override) as the emulated LLM's config: the pod's emulation
+    (`parameters`, as the pod started with them) with the load-time settings `cfg` carries."""
+    llm = with_trtllm_settings(EmulatedLlm.from_parameters(parameters), cfg)
+    return parse_pbtxt(render_config(cfg.name, llm))
+
 
 def source_root() -> str:
     """The folder holding the `devkit` package: the model imports the engine from there."""
@@ -72,6 +130,8 @@ def render_config(name: str, llm: EmulatedLlm) -> str:
         'output [ { name: "output_ids" data_type: TYPE_INT32 dims: [ -1 ] } ]',
         "instance_group [ { count: 1 kind: KIND_CPU } ]",
     ]
+    if llm.max_queue_size:  # where Triton's tensorrt_llm config keeps it (read back by the operator; Triton bounds it)
+        lines.append(f"dynamic_batching {{ default_queue_policy {{ max_queue_size: {llm.max_queue_size} }} }}")
     lines += [f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}' for k, v in sorted(params.items())]
     return "\n".join(lines) + "\n"
 

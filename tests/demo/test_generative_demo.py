@@ -52,8 +52,11 @@ def test_client_windows_take_the_requests_sent_in_them() -> None:
 
 def test_pod_annotations_set_the_emulated_engine_and_name_a_mistake() -> None:
     llm = llm_from_annotations({"emulated-llm.dev.tailtune.io/roofline": "h100",
-                                "emulated-llm.dev.tailtune.io/enable-chunked-context": "true"})  # fmt: skip
-    assert (llm.roofline, llm.enable_chunked_context) == ("h100", True)
+                                "emulated-llm.dev.tailtune.io/iteration-overhead-ms": "2"})  # fmt: skip
+    assert (llm.roofline, llm.iteration_overhead_ms) == ("h100", 2.0)
+    # The load-time settings are the operator's (spec.serving.llm, rendered into the pod's config): one place only.
+    with pytest.raises(LlmPodError, match=r"spec\.serving\.llm\.enableChunkedContext"):
+        llm_from_annotations({"emulated-llm.dev.tailtune.io/enable-chunked-context": "true"})
     with pytest.raises(LlmPodError, match="roofline='a100'"):
         llm_from_annotations({"emulated-llm.dev.tailtune.io/roofline": "a100"})
     with pytest.raises(LlmPodError, match="unknown"):
@@ -77,3 +80,40 @@ def test_the_example_is_a_valid_generative_service_on_the_runtimes_nodes() -> No
     assert isvc.spec.model.kind == "generative" and isvc.spec.slo.ttft and isvc.spec.slo.tpot
     assert isvc.spec.serving.node_selector == {"dev.tailtune.io/local-runtime": "true"}
     assert llm_from_annotations(isvc.spec.serving.pod_annotations).warmup_requests > 0
+
+
+def test_the_emulated_llm_takes_its_load_time_settings_from_the_operators_config_and_reports_them_back() -> None:
+    """At pod start (the ConfigMap) and at a reload (the shim's rewrite of the override) the emulated engine runs the
+    settings of the operator's tensorrt_llm config, and its own config carries them where the operator reads them
+    back (caught: the pod ran the annotations' settings, so a lever the operator reloaded never reached the engine,
+    and the live config could not confirm it)."""
+    from devkit.emulation import emulate_any, emulate_load_body
+    from devkit.llm.repository import EmulatedLlm, emulate_trtllm, parse_pbtxt, with_trtllm_settings
+    from tailtune.api.v1alpha1 import LlmServing
+    from tailtune.operator.modelconfig import model_config_json, model_config_pbtxt
+    from tailtune.triton.config import config_from_json, config_to_json
+    from tailtune.triton.trtllm_config import llm_serving_from_config
+    from tailtune.tuner.generative import levers_of
+
+    doc = yaml.safe_load((REPO / "examples" / "demo-generative.yaml").read_text())
+    isvc = InferenceService.model_validate(doc)
+    wanted = LlmServing(
+        batch_scheduler_policy="max_utilization", kv_cache_free_gpu_mem_fraction=0.7,
+        enable_chunked_context=True, max_queue_size=12,
+    )  # fmt: skip
+    pod = llm_from_annotations(isvc.spec.serving.pod_annotations)
+    started = with_trtllm_settings(pod, parse_pbtxt(model_config_pbtxt(isvc, isvc.spec.serving.batching, None, wanted)))
+    assert (started.roofline, started.warmup_requests) == ("l4", 2)  # the pod's emulation stays
+    assert (started.batch_scheduler_policy, started.kv_cache_free_gpu_mem_fraction) == ("max_utilization", 0.7)
+    assert (started.enable_chunked_context, started.max_queue_size) == (True, 12)
+
+    override = config_from_json(model_config_json(isvc, isvc.spec.serving.batching, None, wanted))
+    params = {**pod.parameters(), "model_kind": "emulated_gpu", "device_lock": "/tmp/lock"}
+    emulated = emulate_any(override, params)
+    assert emulated == emulate_trtllm(override, params) and emulated.backend == "python"
+    assert EmulatedLlm.from_parameters({k: v.string_value for k, v in emulated.parameters.items()}) == started
+    live = llm_serving_from_config(json.loads(config_to_json(emulated)))
+    assert levers_of(live) == levers_of(wanted)
+    body = json.dumps({"parameters": {"config": config_to_json(override)}}).encode()
+    sent = json.loads(json.loads(emulate_load_body(body, params))["parameters"]["config"])
+    assert sent["backend"] == "python" and sent["parameters"]["enable_chunked_context"]["string_value"] == "true"

@@ -184,3 +184,39 @@ def test_a_request_the_engine_cannot_take_gets_an_error_naming_the_fix(deployer:
         client.stop_stream()
         client.close()
     assert deployer.server.running()
+
+
+def test_a_tensorrt_llm_reload_moves_the_emulated_engines_settings_and_reads_back(deployer: Deployer) -> None:
+    """The operator's lever reload on the emulated engine: a tensorrt_llm config override, rewritten by the pod's
+    shim (`devkit.emulation.emulate_any`), loads in the real tritonserver, the live config reads back the settings
+    sent (`tailtune.operator.generative.live_llm`, the canary's check), and the model still streams."""
+    from devkit.emulation import emulate_any
+    from tailtune.api.v1alpha1 import LlmServing
+    from tailtune.operator.generative import live_llm
+    from tailtune.triton import control
+    from tailtune.triton.config import config_to_json
+    from tailtune.triton.trtllm_config import TrtllmConfigInput, build_trtllm_config
+    from tailtune.tuner.generative import levers_of
+
+    pod = EmulatedLlm(roofline="l4", warmup_requests=1)
+    model = _deploy(deployer, pod)
+    wanted = LlmServing(
+        batch_scheduler_policy="max_utilization", kv_cache_free_gpu_mem_fraction=0.7,
+        enable_chunked_context=True, max_queue_size=12,
+    )  # fmt: skip
+    override = build_trtllm_config(
+        TrtllmConfigInput(name=model, engine_dir="/engines/m/1/engine", max_batch_size=64, serving=wanted)
+    )
+    url = deployer.server.grpc_url
+    assert live_llm(url, model) is not None and levers_of(live_llm(url, model) or wanted) != levers_of(wanted)
+    deployer.load(model, config_to_json(emulate_any(override, pod.parameters())))
+    assert control.is_model_ready(url, model)
+    live = live_llm(url, model)
+    assert live is not None and levers_of(live) == levers_of(wanted)
+    load = StreamingLoad(
+        url, model, [Phase(0.0, 4.0)], duration_s=1.5,
+        prompt=Lengths(median=64, sigma=0.2, low=8, high=128), output=Lengths(median=4, sigma=0.2, low=2, high=8),
+        seed=39,
+    )  # fmt: skip
+    records = load.run()
+    assert summarize(records).completed > 0 and not load.errors, load.errors
