@@ -123,6 +123,77 @@ SILENT_RETRY_SECONDS = 60.0
 _READS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fastpath")
 
 
+class SurgeWatch:
+    """The fast path of one InferenceService, one check at a time (`check`): the operator's schedule runs it
+    (`handlers`), `watch_surges` loops over it.
+
+    Each check reads the ready pods and, under the object's lock (never beside a tuner tick or a reconcile), checks
+    the object as last seen (`current`, the watch's body, parsed by `parse`: once per version in the operator);
+    reconciles after a scale-out. The pods' addresses are looked up (an API read) only when the ready count in status
+    moves: at rest the fast path sends the API server nothing."""
+
+    def __init__(
+        self,
+        cluster: WatchCluster,
+        lock: asyncio.Lock,
+        memory: TunerMemory | None,
+        current: Callable[[], Mapping[str, Any]],
+        reconcile: Callable[[dict[str, Any]], Awaitable[None]],
+        read: PodsReader = read_pods,
+        parse: Callable[[Mapping[str, Any]], InferenceService | None] = lambda body: parse_isvc(dict(body)),
+    ) -> None:
+        self._cluster, self._lock, self._memory = cluster, lock, memory
+        self._current, self._reconcile, self._read, self._parse = current, reconcile, read, parse
+        self._fast = FastPath()
+        self._ips: tuple[str, ...] = ()
+        self._silent: set[str] = set()
+        self._ready_seen, self._retried = -1, -math.inf
+
+    async def check(self) -> tuple[float, bool]:
+        """One check; (seconds until the next, whether it found nothing to read: then the next may wait until a pod
+        moves, for at most those seconds: until the silent pods' retry)."""
+        started = time.monotonic()
+        live: tuple[str, ...] = ()
+        try:
+            live = await self._check(started)
+        except Exception:  # never let one failed check end the loop: the next check reads again
+            metrics.ERRORS.labels("fastpath").inc()  # what an alert on tailtune_errors sees
+            log.exception("fast path: check failed")
+        took = time.monotonic() - started
+        if live:
+            return max(0.0, CHECK_SECONDS - took), False
+        return max(CHECK_SECONDS - took, self._retried + SILENT_RETRY_SECONDS - started), True
+
+    async def _check(self, started: float) -> tuple[str, ...]:
+        isvc = self._parse(self._current())
+        serving = isvc is not None and isvc.spec.tuning.enabled and isvc.status.replicas.ready >= 1
+        if isvc is not None and serving and isvc.status.replicas.ready != self._ready_seen:
+            observed = await self._cluster.observe(isvc, engine_cache_key(isvc), job_report=False, pod_ips=True)
+            self._ips = observed.deployment.ready_pod_ips if observed.deployment else ()
+            self._ready_seen, self._silent = isvc.status.replicas.ready, set()
+        if started - self._retried >= SILENT_RETRY_SECONDS:
+            self._retried, self._silent = started, set()
+        if not serving or isvc is None:
+            return ()
+        live = tuple(ip for ip in self._ips if ip not in self._silent)
+        if not live:
+            return ()
+        loop = asyncio.get_running_loop()
+        readings = await loop.run_in_executor(_READS, self._read, live, isvc.model_name, datetime.now(UTC))
+        self._silent |= set(live) - {r.pod for r in readings}
+        async with self._lock:
+            latest = self._parse(self._current()) or isvc
+            at = max((r.at for r in readings), default=datetime.now(UTC))  # the check is as of its reads
+            decision = await fast_check(latest, self._cluster, self._fast, readings, self._memory, at)
+            if decision is not None and decision.scale_out:
+                meta = latest.metadata
+                log.info("%s/%s fast path: %s", meta.namespace, meta.name, decision.reason)
+                fresh = await self._cluster.read_isvc(meta.namespace, meta.name)
+                if fresh is not None:
+                    await self._reconcile(fresh)
+        return live
+
+
 async def watch_surges(
     cluster: WatchCluster,
     lock: asyncio.Lock,
@@ -135,48 +206,13 @@ async def watch_surges(
     parse: Callable[[Mapping[str, Any]], InferenceService | None] = lambda body: parse_isvc(dict(body)),
     idle: Callable[[float], Awaitable[object]] | None = None,
 ) -> None:
-    """The fast path of one InferenceService until `stopped()`: read the ready pods every CHECK_SECONDS and, under
-    the object's lock (never beside a tuner tick or a reconcile), check the object as last seen (`current`, kopf's
-    body, parsed by `parse`: once per version in the operator); reconcile after a scale-out. The pods' addresses are
-    looked up (an API read) only when the ready count in status moves: at rest the fast path sends the API server
-    nothing. With nothing to read (no pod serves, or every ready pod is silent until its retry) it waits in `idle`
-    (which returns early when the pods may have moved: the operator wakes it on an event of the Deployment or a spec
-    change) until the retry, instead of waking every CHECK_SECONDS to find the same."""
-    fast = FastPath()
-    ips: tuple[str, ...] = ()
-    silent: set[str] = set()
-    ready_seen, retried = -1, -math.inf
-    loop = asyncio.get_running_loop()
+    """The fast path of one InferenceService until `stopped()` (`SurgeWatch`), a check every CHECK_SECONDS. With
+    nothing to read (no pod serves, or every ready pod is silent until its retry) it waits in `idle` (which returns
+    early when the pods may have moved) until the retry, instead of waking every CHECK_SECONDS to find the same."""
+    watch = SurgeWatch(cluster, lock, memory, current, reconcile, read, parse)
     while not stopped():
-        started = time.monotonic()
-        live: tuple[str, ...] = ()
-        try:
-            isvc = parse(current())
-            serving = isvc is not None and isvc.spec.tuning.enabled and isvc.status.replicas.ready >= 1
-            if isvc is not None and serving and isvc.status.replicas.ready != ready_seen:
-                observed = await cluster.observe(isvc, engine_cache_key(isvc), job_report=False, pod_ips=True)
-                ips = observed.deployment.ready_pod_ips if observed.deployment else ()
-                ready_seen, silent = isvc.status.replicas.ready, set()
-            if started - retried >= SILENT_RETRY_SECONDS:
-                retried, silent = started, set()
-            live = tuple(ip for ip in ips if ip not in silent) if serving and isvc is not None else ()
-            if live and isvc is not None:
-                readings = await loop.run_in_executor(_READS, read, live, isvc.model_name, datetime.now(UTC))
-                silent |= set(live) - {r.pod for r in readings}
-                async with lock:
-                    latest = parse(current()) or isvc
-                    at = max((r.at for r in readings), default=datetime.now(UTC))  # the check is as of its reads
-                    decision = await fast_check(latest, cluster, fast, readings, memory, at)
-                    if decision is not None and decision.scale_out:
-                        meta = latest.metadata
-                        log.info("%s/%s fast path: %s", meta.namespace, meta.name, decision.reason)
-                        fresh = await cluster.read_isvc(meta.namespace, meta.name)
-                        if fresh is not None:
-                            await reconcile(fresh)
-        except Exception:  # never let one failed check end the loop: the next check reads again
-            metrics.ERRORS.labels("fastpath").inc()  # what an alert on tailtune_errors sees
-            log.exception("fast path: check failed")
-        if live or idle is None:
-            await sleep(max(0.0, CHECK_SECONDS - (time.monotonic() - started)))
+        seconds, nothing = await watch.check()
+        if nothing and idle is not None:
+            await idle(seconds)
         else:
-            await idle(max(CHECK_SECONDS - (time.monotonic() - started), retried + SILENT_RETRY_SECONDS - started))
+            await sleep(min(seconds, CHECK_SECONDS))

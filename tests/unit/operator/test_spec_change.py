@@ -9,11 +9,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Coroutine
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 
-import kopf
 import pytest
 
 from tailtune.api.keys import APPLIED_ANNOTATION, ROLLOUT_ANNOTATION
@@ -26,6 +24,7 @@ from tailtune.operator.reconcile import batching_status, rollout_status
 from tailtune.operator.rollout import CANARY_PROMOTED, CANARY_STARTED, RolloutState
 from tailtune.tuner.types import InForce
 from tests.unit.factories import make_isvc
+from tests.unit.operator.test_schedule import body, new_state
 from tests.unit.operator.test_tuning import FakeTunerCluster
 from tests.unit.operator.test_tuning_rollout import (
     IPS,
@@ -179,22 +178,26 @@ def test_replicas_the_spec_no_longer_allows_change_with_the_field_named_and_one_
     assert cluster.events.count(("Normal", CONFIG_CLAMPED)) == 1
 
 
-class _Running:
-    """kopf's daemon flag, never set: its wait is a plain sleep."""
+def test_a_spec_change_wakes_the_tuner_before_its_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    ticks: list[float] = []
 
-    def wait(self, timeout: float | None = None) -> Coroutine[Any, Any, None]:
-        return asyncio.sleep(timeout or 0)
+    async def tick(state: Any, namespace: str, name: str) -> float:
+        ticks.append(time.monotonic())
+        return 30.0
 
+    monkeypatch.setattr(handlers, "tuner_tick", tick)
+    monkeypatch.setenv(handlers.FAST_PATH_ENV, "0")
 
-def test_a_spec_change_wakes_the_tuner_before_its_interval() -> None:
-    async def woken_after(seconds: float, wake_at: float | None) -> float:
-        wake = asyncio.Event()
-        if wake_at is not None:
-            asyncio.get_running_loop().call_later(wake_at, wake.set)
-        start = time.monotonic()
-        await handlers.next_tick(cast(kopf.DaemonStopped, _Running()), wake, seconds)
-        assert not wake.is_set()  # consumed: the tick after it waits the interval again
-        return time.monotonic() - start
+    async def run() -> None:
+        state = new_state()
+        state.see(("ml", "svc"), "u", body("svc", "u"))
+        state.schedule.at(("ml", "svc"), handlers.TICK, 0.0)
+        schedule = asyncio.create_task(state.schedule.run())
+        await asyncio.sleep(0.1)
+        assert len(ticks) == 1  # nothing changed: the next one an interval on
+        state.schedule.wake(("ml", "svc"), handlers.TICK)  # the spec changed: the next tick at once
+        await asyncio.sleep(0.1)
+        assert len(ticks) == 2
+        schedule.cancel()
 
-    assert asyncio.run(woken_after(30.0, 0.01)) < 1.0  # the spec changed: the next tick at once
-    assert asyncio.run(woken_after(0.05, None)) >= 0.05  # nothing changed: the interval
+    asyncio.run(run())

@@ -1,30 +1,16 @@
-"""The tuner daemon's tick lag (`tailtune_tick_lag_seconds`): from when a tick was due on its phase to decided."""
+"""The tuner's tick lag (`tailtune_tick_lag_seconds`): from when a tick was due on its phase to decided."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
-from typing import Any, cast
+from typing import Any
 
-import kopf
 import pytest
 from prometheus_client import REGISTRY
 
 from tailtune.operator import handlers
-
-
-class _StopsAfter:
-    """kopf's daemon flag, set after `seconds`: its wait is a plain sleep until then."""
-
-    def __init__(self, seconds: float) -> None:
-        self.until = time.monotonic() + seconds
-
-    def __bool__(self) -> bool:
-        return time.monotonic() >= self.until
-
-    def wait(self, timeout: float | None = None) -> Coroutine[Any, Any, None]:
-        return asyncio.sleep(max(0.0, min(timeout or 0.0, self.until - time.monotonic())))
+from tests.unit.operator.test_schedule import body, new_state, run_for
 
 
 def _lag() -> tuple[float, float]:
@@ -46,9 +32,17 @@ def test_each_completed_tick_records_its_lag_from_due_to_decided(monkeypatch: py
         return interval
 
     monkeypatch.setattr(handlers, "tuner_tick", tick)
-    memo = {"tailtune": handlers.State(cast(Any, None))}
+    monkeypatch.setenv(handlers.FAST_PATH_ENV, "0")
+
+    async def run() -> None:
+        state = new_state()
+        state.see(("ml", "svc"), "uid-1", body("svc", "uid-1"))
+        state.schedule.at(("ml", "svc"), handlers.TICK, 0.0)
+        state.tracked[("ml", "svc")].tick_due = time.time()
+        await run_for(state.schedule, 0.45)
+
     count0, sum0 = _lag()
-    asyncio.run(handlers._tune_until_stopped(memo, "ml", "svc", "uid-1", cast(kopf.DaemonStopped, _StopsAfter(0.45))))
+    asyncio.run(run())
     count, total = _lag()
     assert ticks >= 2
     assert count - count0 == ticks

@@ -9,11 +9,9 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Coroutine
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-import kopf
 import pytest
 
 from tailtune.operator import handlers
@@ -28,6 +26,7 @@ from tailtune.operator.ticks import (
 )
 from tailtune.tuner.prom import PrometheusUnavailable, ReadSpec, Target
 from tests.unit.factories import make_isvc
+from tests.unit.operator.test_schedule import body, new_state, run_for
 
 SOURCE = Source("http://prom:9090", 3.0)
 
@@ -177,20 +176,7 @@ def test_an_objects_read_request_is_its_spec() -> None:
     assert (read.percentile, read.other_percentiles, read.breakdown) == (95, (50,), True)
 
 
-class _Running:
-    """kopf's daemon flag, set after `seconds`: its wait is a plain sleep until then."""
-
-    def __init__(self, seconds: float) -> None:
-        self.until = time.monotonic() + seconds
-
-    def __bool__(self) -> bool:
-        return time.monotonic() >= self.until
-
-    def wait(self, timeout: float | None = None) -> Coroutine[Any, Any, None]:
-        return asyncio.sleep(max(0.0, min(timeout or 0.0, self.until - time.monotonic())))
-
-
-def test_the_daemon_ticks_on_its_phase_one_tick_at_a_time_even_when_ticks_run_long(
+def test_the_schedule_ticks_on_its_phase_one_tick_at_a_time_even_when_ticks_run_long(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     interval, uid = 0.3, "7c9e6679-7425-40de-944b-e07fc1f90ae7"
@@ -208,9 +194,15 @@ def test_the_daemon_ticks_on_its_phase_one_tick_at_a_time_even_when_ticks_run_lo
         return interval
 
     monkeypatch.setattr(handlers, "tuner_tick", slow_tick)
-    memo = {"tailtune": handlers.State(cast(Any, None))}
-    stopped = cast(kopf.DaemonStopped, _Running(1.3))
-    asyncio.run(handlers._tune_until_stopped(memo, "ml", "svc", uid, stopped))
+    monkeypatch.setenv(handlers.FAST_PATH_ENV, "0")
+
+    async def run() -> None:
+        state = new_state()
+        state.see(("ml", "svc"), uid, body("svc", uid))
+        state.schedule.at(("ml", "svc"), handlers.TICK, 0.0)  # the first tick (the operator's start) off its phase
+        await run_for(state.schedule, 1.3)
+
+    asyncio.run(run())
     phase = tick_phase(uid, interval)
     assert len(starts) >= 3
     for before, after in itertools.pairwise(starts):

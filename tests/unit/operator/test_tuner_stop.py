@@ -4,50 +4,52 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
 from types import SimpleNamespace
 from typing import Any, cast
 
-import kopf
 import pytest
 
 from tailtune.operator import handlers
 from tailtune.operator.watched import ChildVersions, PodIps, WriteEchoes
 
 
-class _SetAfter:
-    """kopf's daemon flag, set after `seconds`; its wait ends then, or at its timeout."""
-
-    def __init__(self, seconds: float) -> None:
-        self.until = time.monotonic() + seconds
-
-    def __bool__(self) -> bool:
-        return time.monotonic() >= self.until
-
-    def wait(self, timeout: float | None = None) -> Coroutine[Any, Any, None]:
-        left = self.until - time.monotonic()
-        return asyncio.sleep(max(0.0, left if timeout is None else min(timeout, left)))
-
-
-def test_a_tick_in_flight_is_left_at_once_and_the_daemon_ends_without_being_cancelled(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Caught: the daemon went on with its tick (a Prometheus read, a reconcile) after kopf told it to stop, so kopf
+def test_a_tick_in_flight_is_left_at_once_when_its_object_is_deleted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Caught: the tuner went on with its tick (a Prometheus read, a reconcile) after its object was deleted, so kopf
     cancelled it ("Daemon tuner is cancelled. Will escalate.") and looked at the deleted object again later."""
+    left = False
 
     async def long_tick(state: Any, namespace: str, name: str) -> float:
-        await asyncio.sleep(30)
+        nonlocal left
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            left = True
+            raise
         return 30.0
 
     monkeypatch.setattr(handlers, "tuner_tick", long_tick)
-    cluster = SimpleNamespace(echoes=WriteEchoes(), pod_ips=PodIps(), children=ChildVersions())
-    state = handlers.State(cast(Any, cluster))
-    memo = {"tailtune": state}
-    body = cast(kopf.Body, {"metadata": {"name": "svc", "namespace": "ml"}})
-    stopped = cast(kopf.DaemonStopped, _SetAfter(0.1))
-    start = time.monotonic()
-    asyncio.run(handlers.tuner(namespace="ml", name="svc", uid="u", body=body, memo=memo, stopped=stopped))
-    assert time.monotonic() - start < 1.0
+    monkeypatch.setenv(handlers.FAST_PATH_ENV, "0")
+
+    async def run() -> handlers.State:
+        cluster = SimpleNamespace(echoes=WriteEchoes(), pod_ips=PodIps(), children=ChildVersions())
+        state = handlers.State(cast(Any, cluster))
+        live = {"metadata": {"name": "svc", "namespace": "ml", "uid": "u", "resourceVersion": "1"}}
+        await handlers.isvc_seen(type=None, namespace="ml", name="svc", uid="u", body=cast(Any, live), memo=state.memo)
+        state.schedule.at(("ml", "svc"), handlers.TICK, 0.0)
+        schedule = asyncio.create_task(state.schedule.run())
+        await asyncio.sleep(0.05)
+        assert state.schedule.running(("ml", "svc"), handlers.TICK)
+        deleted = {"metadata": {**live["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+        start = time.monotonic()
+        await handlers.isvc_seen(
+            type="MODIFIED", namespace="ml", name="svc", uid="u", body=cast(Any, deleted), memo=state.memo
+        )
+        await asyncio.sleep(0.05)
+        assert left and time.monotonic() - start < 1.0
+        schedule.cancel()
+        return state
+
+    state = asyncio.run(run())
     assert ("ml", "svc") not in state.bodies  # other handlers read the object again, no longer a stopped live view
 
 
