@@ -184,6 +184,29 @@ class State:
                 del self.gone[next(iter(self.gone))]
 
 
+class PeeringPause(logging.Filter):
+    """Pauses the schedule while kopf's peering pauses this operator in favour of another (an HA standby; kopf stopped
+    its daemons then): kopf gives no public signal of its pause, its peering logs the two transitions, and this reads
+    them. Every record passes."""
+
+    def __init__(self, schedule: Schedule) -> None:
+        super().__init__()
+        self._schedule = schedule
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith("Pausing "):
+            log.info("paused by peering: no tick, check or resync until resumed")
+            self._schedule.pause()
+        elif message.startswith("Resuming operations"):
+            self._schedule.resume()
+        return True
+
+
+# kopf's peering logs its pauses and resumes here (`PeeringPause`).
+KOPF_PEERING_LOGGER = "kopf._core.engines.peering"
+
+
 def in_shard(labels: Mapping[str, str] | None, memo: Any, **_: Any) -> bool:
     """Whether the object is this process's to serve: every object, or those its shard selects (`operator --shard`)."""
     shard: ShardSelector | None = memo.get("shard")
@@ -217,6 +240,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     memo["tailtune"] = state = State(cluster, memo)
     # Every object's periodic work, from one task (`tailtune.operator.schedule`).
     memo["schedule"] = asyncio.create_task(state.schedule.run(), name="tailtune-schedule")
+    logging.getLogger(KOPF_PEERING_LOGGER).addFilter(PeeringPause(state.schedule))
     # What the busiest moments (a fleet created or re-listed at once) freed goes back to the OS (`allocator`).
     memo["allocator"] = asyncio.create_task(trim_forever(), name="tailtune-allocator-trim")
     # Hand edits of the ConfigMap and the Service are seen only with list/watch on them; kopf starts its

@@ -50,6 +50,8 @@ class Schedule:
         self._heap: list[tuple[float, int, Hashable, str]] = []
         self._order = itertools.count()
         self._changed = asyncio.Event()
+        self._resumed = asyncio.Event()
+        self._resumed.set()
 
     def at(self, key: Hashable, kind: str, seconds: float) -> None:
         """`kind` of `key` due `seconds` from now (replacing any earlier due time; after the run in flight, if any)."""
@@ -90,6 +92,15 @@ class Schedule:
             if slot is not None and slot.task is not None:
                 slot.task.cancel()
 
+    def pause(self) -> None:
+        """Start nothing until `resume` (runs in flight end on their own); due times are kept."""
+        self._resumed.clear()
+
+    def resume(self) -> None:
+        """Start the work due again (what fell due meanwhile at once)."""
+        self._resumed.set()
+        self._changed.set()
+
     def __contains__(self, key: Hashable) -> bool:
         return key in self._kinds
 
@@ -99,6 +110,7 @@ class Schedule:
     async def run(self) -> None:
         """Start the work due, then sleep until the next due time or a change of the schedule; forever."""
         while True:
+            await self._resumed.wait()
             now = self._clock()
             while self._heap and self._heap[0][0] <= now:
                 when, _, key, kind = heapq.heappop(self._heap)

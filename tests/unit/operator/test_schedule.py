@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import time
 from collections.abc import Hashable
 from typing import Any, cast
@@ -274,3 +275,40 @@ def test_an_object_relabelled_out_of_the_shard_is_forgotten() -> None:
 
     state = asyncio.run(go())
     assert ("ml", "svc") not in state.schedule and ("ml", "svc") in state.foreign and not state.bodies
+
+
+def test_a_pause_by_peering_starts_nothing_until_resumed() -> None:
+    """Caught: kopf stops its daemons while a peer of higher priority runs (an HA standby); the schedule went on."""
+    runs = 0
+
+    async def work(key: Hashable, kind: str) -> float:
+        nonlocal runs
+        runs += 1
+        return 0.01
+
+    async def go() -> None:
+        schedule = Schedule(work)
+        peering = logging.getLogger(handlers.KOPF_PEERING_LOGGER)
+        pause = handlers.PeeringPause(schedule)
+        peering.addFilter(pause)
+        level = peering.level
+        peering.setLevel(logging.INFO)  # kopf.configure's level for the operator
+        try:
+            schedule.at("a", "tick", 0.0)
+            task = asyncio.create_task(schedule.run())
+            await asyncio.sleep(0.05)
+            assert runs > 0
+            peering.info("Pausing operations in favour of [Peer(...)].")
+            await asyncio.sleep(0.02)
+            paused_at = runs
+            await asyncio.sleep(0.1)
+            assert runs == paused_at
+            peering.info("Resuming operations after the pause. Conflicting operators with the same priority are gone.")
+            await asyncio.sleep(0.05)
+            assert runs > paused_at
+            task.cancel()
+        finally:
+            peering.removeFilter(pause)
+            peering.setLevel(level)
+
+    asyncio.run(go())
