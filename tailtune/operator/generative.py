@@ -30,7 +30,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tailtune.api.keys import GRPC_PORT, ROLLOUT_ANNOTATION
 from tailtune.api.v1alpha1 import (
@@ -88,6 +88,7 @@ from tailtune.tuner.generative import (
 from tailtune.tuner.types import InForce
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 AWAITING_FIRST_READ = "no TTFT/TPOT read from Prometheus yet"
 
@@ -175,7 +176,11 @@ def generative_status(isvc: InferenceService, sig: prom.GenerativeSignal) -> Gen
         tokens_per_second=_r(sig.tokens_per_second),
         running_sequences=None if sig.running is None else round(sig.running),
         waiting_sequences=None if sig.waiting is None else round(sig.waiting),
-        kv_cache_used_percent=None if sig.kv_used_fraction is None else round(100 * sig.kv_used_fraction, 1),
+        # At most 100: a pod's used and total blocks are two gauges, scraped apart (a figure over 100 must not fail
+        # the status write, which would leave status.generative as it was).
+        kv_cache_used_percent=None
+        if sig.kv_used_fraction is None
+        else min(100.0, round(100 * sig.kv_used_fraction, 1)),
         **serving_status(isvc),
     )
 
@@ -272,10 +277,39 @@ def decide(isvc: InferenceService, sig: prom.GenerativeSignal, now: datetime) ->
     """The generative tuner's decision on this window, with the state this process keeps for the object."""
     in_force = gen_in_force(isvc)
     state = _memory.get(isvc.metadata.uid, GenState())
-    obs = observation(sig, isvc.status.replicas.ready)
+    obs = observation(sig, ready_replicas(isvc, sig))
     decision = decide_generative(state, in_force, obs, GenPolicy.from_spec(isvc.spec), now.timestamp())
     _memory[isvc.metadata.uid] = decision.state
     return decision
+
+
+def not_serving_yet(isvc: InferenceService) -> bool:
+    """No tick before the first ready replica. Once the tick has written figures it runs whatever status.replicas
+    says: that count is reconcile's, written on the Deployment's events, and a tick gated on a stale 0 would stop
+    status.generative for good (it then says what Prometheus sees, no traffic included)."""
+    return isvc.status.replicas.ready < 1 and isvc.status.generative.ttft is None  # no read written yet
+
+
+def ready_replicas(isvc: InferenceService, sig: prom.GenerativeSignal) -> int:
+    """The replicas that served the window: the Deployment's ready count, or the pods Prometheus scraped when that
+    count lags (both are the same pods a moment apart)."""
+    return max(isvc.status.replicas.ready, sig.ready_replicas or 0)
+
+
+async def _told_on_failure(cluster: GenCluster, isvc: InferenceService, part: str, work: Awaitable[T]) -> T:
+    """Run `work`; a failure becomes a Warning Event (once per message: a tick that fails every interval would
+    otherwise leave status as it was, silently) and is raised on to the daemon, which retries."""
+    try:
+        return await work
+    except Exception as exc:
+        message = f"the generative tick failed on its {part}: {type(exc).__name__}: {exc}"
+        if _told.get(isvc.metadata.uid) != message:
+            _told[isvc.metadata.uid] = message
+            await cluster.emit_event(isvc.metadata, "Warning", GENERATIVE_TICK_FAILED, message)
+        raise
+
+
+GENERATIVE_TICK_FAILED = "GenerativeTickFailed"
 
 
 def forget(uid: str | None) -> None:
@@ -302,9 +336,9 @@ async def generative_tick(
     if isvc is None or not is_generative(isvc):
         return 0.0
     interval = float(isvc.spec.tuning.interval_seconds)
-    if isvc.status.replicas.ready < 1 or key in state.ticking:
+    if not_serving_yet(isvc) or key in state.ticking:
         log.info("%s/%s generative tick skipped: %s", namespace, name,
-                 "a tick in flight" if key in state.ticking else "no ready replica in status")  # fmt: skip
+                 "a tick in flight" if key in state.ticking else "no ready replica yet")  # fmt: skip
         return interval
     state.ticking.add(key)
     try:
@@ -319,8 +353,8 @@ async def generative_tick(
             isvc = parse(raw) if raw else None
             if isvc is None or not is_generative(isvc):
                 return interval
-            await _record(state.cluster, isvc, sig, problem, now)
-            if sig is None or not isvc.spec.tuning.enabled:
+            await _told_on_failure(state.cluster, isvc, "status write", _record(state.cluster, isvc, sig, problem, now))
+            if sig is None or not isvc.spec.tuning.enabled or ready_replicas(isvc, sig) < 1:
                 return interval
             try:
                 decision = await asyncio.to_thread(decide, isvc, sig, now)
@@ -329,7 +363,9 @@ async def generative_tick(
                     _told[isvc.metadata.uid] = str(exc)
                     await state.cluster.emit_event(isvc.metadata, "Warning", "GenerativeTunerHolds", str(exc))
                 return interval
-            if await _apply(state.cluster, isvc, decision, now):
+            if await _told_on_failure(
+                state.cluster, isvc, "decision's apply", _apply(state.cluster, isvc, decision, now)
+            ):
                 fresh = await state.current(namespace, name)
                 if fresh:
                     await reconciled(fresh)
@@ -550,7 +586,7 @@ def explain_generative(isvc: InferenceService, now: datetime, *, as_json: bool =
     applied = config_in_force(isvc)
     decision = None
     if sig is not None:
-        obs = observation(sig, isvc.status.replicas.ready)
+        obs = observation(sig, ready_replicas(isvc, sig))
         try:
             decision = decide_generative(
                 GenState(), gen_in_force(isvc), obs, GenPolicy.from_spec(isvc.spec), now.timestamp()
