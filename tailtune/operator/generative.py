@@ -73,6 +73,7 @@ from tailtune.triton.control import ApplyError, get_model_config_json, is_model_
 from tailtune.triton.trtllm_config import llm_serving_from_config
 from tailtune.tuner import prom
 from tailtune.tuner.generative import (
+    HOLD,
     LEVERS_CHANGED,
     RELOAD_BUDGET_SECONDS,
     GenDecision,
@@ -312,6 +313,11 @@ async def _told_on_failure(cluster: GenCluster, isvc: InferenceService, part: st
 GENERATIVE_TICK_FAILED = "GenerativeTickFailed"
 
 
+def held(isvc: InferenceService, why: str) -> GenDecision:
+    """A decision that keeps what is in force (replicas and levers)."""
+    return GenDecision(config_in_force(isvc).replicas, levers_of(llm_in_force(isvc)), HOLD, why)
+
+
 def forget(uid: str | None) -> None:
     """Drop an object's tuner state (deleted, or no longer this process's)."""
     if uid:
@@ -354,16 +360,21 @@ async def generative_tick(
             if isvc is None or not is_generative(isvc):
                 return interval
             await _told_on_failure(state.cluster, isvc, "status write", _record(state.cluster, isvc, sig, problem, now))
-            if sig is None or not isvc.spec.tuning.enabled or ready_replicas(isvc, sig) < 1:
+            if not isvc.spec.tuning.enabled:
                 return interval
-            try:
-                decision = await asyncio.to_thread(decide, isvc, sig, now)
-            except GenPolicyError as exc:  # a spec the tuner cannot follow: said once, held, never a crash
-                if _told.get(isvc.metadata.uid) != str(exc):
-                    _told[isvc.metadata.uid] = str(exc)
-                    await state.cluster.emit_event(isvc.metadata, "Warning", "GenerativeTunerHolds", str(exc))
-                return interval
-            if await _told_on_failure(
+            if sig is None or ready_replicas(isvc, sig) < 1:
+                # No window to decide on; a lever rollout in flight still goes on (it is judged on the pods' reload
+                # and readiness, not on Prometheus), so pods are never left split between settings for want of a read.
+                decision = held(isvc, "no window to decide on")
+            else:
+                try:
+                    decision = await asyncio.to_thread(decide, isvc, sig, now)
+                except GenPolicyError as exc:  # a spec the tuner cannot follow: said once, held, never a crash
+                    if _told.get(isvc.metadata.uid) != str(exc):
+                        _told[isvc.metadata.uid] = str(exc)
+                        await state.cluster.emit_event(isvc.metadata, "Warning", "GenerativeTunerHolds", str(exc))
+                    decision = held(isvc, str(exc))
+            if (decision.changed or llm_rollout(isvc) is not None) and await _told_on_failure(
                 state.cluster, isvc, "decision's apply", _apply(state.cluster, isvc, decision, now)
             ):
                 fresh = await state.current(namespace, name)

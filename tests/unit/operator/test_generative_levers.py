@@ -231,3 +231,42 @@ def test_status_generative_shows_the_settings_in_force() -> None:
     isvc = _isvc()
     g = generative_status(isvc, _sig())
     assert g.serving == isvc.spec.llm_serving() and g.serving_reason == generative.SPEC_SERVING_REASON
+
+
+def test_a_rollout_in_flight_goes_on_while_prometheus_cannot_be_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The canary is judged on its reload and readiness: a tick without a window still advances it, so the pods are
+    not left split between settings for as long as Prometheus is down."""
+    from collections import defaultdict
+
+    from tailtune.operator.generative import generative_tick
+    from tailtune.tuner.prom import PrometheusUnavailable
+
+    isvc = _isvc()
+    triton = FakeTriton(isvc.spec.llm_serving())
+    triton.install(monkeypatch)
+    cluster = FakeCluster(isvc)
+    assert _apply(cluster, _decision(MORE_KV), NOW - timedelta(seconds=61))  # the canary, a window ago
+    cluster.raw["status"] = {"replicas": {"desired": 2, "ready": 2}, "generative": {"ttft": {"targetMs": 500, "percentile": 99}}}
+
+    def down(isvc: InferenceService, now: datetime) -> Any:
+        raise PrometheusUnavailable("http://p:9090", "refused", "connection refused")
+
+    monkeypatch.setattr(generative, "read_window", down)
+
+    class State:
+        locks: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
+        ticking: set[tuple[str, str]] = set()
+
+        def __init__(self) -> None:
+            self.cluster = cluster
+
+        async def current(self, namespace: str, name: str) -> dict[str, Any]:
+            return cluster.raw
+
+    async def reconciled(fresh: dict[str, Any]) -> None:
+        return None
+
+    tick = generative_tick(State(), "default", "llm", InferenceService.model_validate, reconciled)  # type: ignore[arg-type]
+    asyncio.run(tick)
+    assert [ip for ip, _ in triton.reloads] == list(PODS)  # the canary, then the other pod
+    assert levers_of(llm_in_force(cluster.isvc())) == MORE_KV and cluster.events[-1][1] == "CanaryPromoted"
