@@ -56,6 +56,7 @@ from tailtune.operator.rollout import (
     advance_rollout,
     describe_llm,
     pod_observation,
+    reload_fits,
     rollout_window,
     start_rollout,
 )
@@ -440,6 +441,26 @@ LLM_RELOAD_TIMEOUT_SECONDS = 300.0
 READY_POLL_SECONDS = 0.1
 
 
+# Reason code of a lever change applied by rolling the pods (the batching tuner's name for the same fallback).
+HOT_RELOAD_NO_ROOM = "HotReloadNoRoom"
+
+
+def no_room_to_reload(isvc: InferenceService, now: datetime) -> bool:
+    """Whether some pod's GPU has no room for a second copy of the engine (`rollout.reload_fits` on Triton's GPU memory
+    gauges over the window, the engine's size from the build): Triton loads the new copy before it unloads the old
+    one, and TensorRT-LLM's KV cache has taken its share of the memory the engine left. Unknown (no GPU gauges, as on
+    the emulated engine, or Prometheus unreadable) is not "no room": the canary's reload then says. Blocking."""
+    spec = isvc.spec
+    client = prom.HttpPromClient(spec.metrics.prometheus_url, spec.metrics.timeout_seconds)
+    target = prom.Target(namespace=isvc.metadata.namespace, name=isvc.metadata.name, model=isvc.model_name)
+    try:
+        windows = prom.read_pod_windows(client.query, target, spec.slo.percentile, float(spec.slo.window_seconds), now)
+    except prom.PrometheusUnavailable:
+        return False
+    engine_bytes = isvc.status.engine.engine_bytes
+    return any(reload_fits(engine_bytes, w.gpu_used_bytes, w.gpu_total_bytes) is False for w in windows.values())
+
+
 def llm_rollout(isvc: InferenceService) -> RolloutState | None:
     """The lever rollout in flight on a generative service (hot mode), or None."""
     if isvc.spec.tuning.mode != "hot":
@@ -473,6 +494,13 @@ async def _levers(
             message = f"{describe_llm(current)} -> {describe_llm(wanted)}: {why}"
             await cluster.emit_event(meta, "Normal", decision.reason_code or LEVERS_CHANGED, message)
             update = {"llm": wanted, "llm_reason": message, "llm_reloads": reloads, "changed_at": now}
+            return new.model_copy(update=update), {}
+        if not new.rolled and await asyncio.to_thread(no_room_to_reload, isvc, now):
+            # A second copy of the engine does not fit beside the first (its KV cache took its share of what the
+            # engine left): the pods roll instead, one at a time behind readiness, each starting on the new settings.
+            message = f"no GPU memory for a second copy of the engine; rolling the pods one at a time: {why}"
+            await cluster.emit_event(meta, "Normal", HOT_RELOAD_NO_ROOM, message)
+            update = {"llm": wanted, "llm_reason": message, "llm_reloads": reloads, "changed_at": now, "rolled": True}
             return new.model_copy(update=update), {}
         ips = await cluster.ready_pod_ips(isvc)
         rollout = start_rollout(new.batching, new.batching, ips, now, None, why, llm=(wanted, current))

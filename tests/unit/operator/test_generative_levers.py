@@ -78,6 +78,7 @@ class FakeTriton:
     def __init__(self, live: LlmServing, refuse: set[str] | None = None) -> None:
         self.live = dict.fromkeys(PODS, live)
         self.refuse = refuse or set()
+        self.no_room = False  # the GPU memory gauges say a second copy of the engine fits (or say nothing)
         self.reloads: list[tuple[str, LlmServing]] = []
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -89,6 +90,7 @@ class FakeTriton:
             return ""
 
         monkeypatch.setattr(generative, "reload_llm_pod", reload)
+        monkeypatch.setattr(generative, "no_room_to_reload", lambda isvc, now: self.no_room)
         monkeypatch.setattr(
             generative,
             "observe_llm_pods",
@@ -246,7 +248,10 @@ def test_a_rollout_in_flight_goes_on_while_prometheus_cannot_be_read(monkeypatch
     triton.install(monkeypatch)
     cluster = FakeCluster(isvc)
     assert _apply(cluster, _decision(MORE_KV), NOW - timedelta(seconds=61))  # the canary, a window ago
-    cluster.raw["status"] = {"replicas": {"desired": 2, "ready": 2}, "generative": {"ttft": {"targetMs": 500, "percentile": 99}}}
+    cluster.raw["status"] = {
+        "replicas": {"desired": 2, "ready": 2},
+        "generative": {"ttft": {"targetMs": 500, "percentile": 99}},
+    }
 
     def down(isvc: InferenceService, now: datetime) -> Any:
         raise PrometheusUnavailable("http://p:9090", "refused", "connection refused")
@@ -270,3 +275,48 @@ def test_a_rollout_in_flight_goes_on_while_prometheus_cannot_be_read(monkeypatch
     asyncio.run(tick)
     assert [ip for ip, _ in triton.reloads] == list(PODS)  # the canary, then the other pod
     assert levers_of(llm_in_force(cluster.isvc())) == MORE_KV and cluster.events[-1][1] == "CanaryPromoted"
+
+
+def test_without_room_for_a_second_engine_copy_the_pods_roll_onto_the_new_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """On a GPU whose memory gauges say a second copy of the engine does not fit (TensorRT-LLM's KV cache took its
+    share of what the engine left), no pod is reloaded in place: the settings go in force at once and the pods roll,
+    each starting on them (the batching tuner's fallback, same Event reason)."""
+    isvc = _isvc()
+    triton = FakeTriton(isvc.spec.llm_serving())
+    triton.no_room = True
+    triton.install(monkeypatch)
+    cluster = FakeCluster(isvc)
+    assert _apply(cluster, _decision(MORE_KV), NOW)
+    done = cluster.isvc()
+    assert triton.reloads == [] and ROLLOUT_ANNOTATION not in done.metadata.annotations
+    assert levers_of(llm_in_force(done)) == MORE_KV and in_force(done).rolled
+    assert cluster.events[-1][1] == generative.HOT_RELOAD_NO_ROOM
+    one = _by_kind(desired_state(isvc, _succeeded(isvc, tmp_path)).objects)["Deployment"]
+    two = _by_kind(desired_state(done, _succeeded(done, tmp_path)).objects)["Deployment"]
+    hash_of = lambda d: d["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]  # noqa: E731
+    assert hash_of(one) != hash_of(two)
+
+
+def test_no_room_to_reload_reads_the_gpu_memory_gauges_and_treats_unknown_as_room(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An L4 (24 GB) whose Llama-3-8B engine (16 GB) and KV cache use 22 GB has no room for a second copy; pods
+    without GPU gauges (the emulated engine) or an unreadable Prometheus leave it to the canary's reload."""
+    from tailtune.tuner import prom
+
+    raw = _isvc().model_dump(by_alias=True, mode="json", exclude_none=True)
+    raw["status"] = {"engine": {"engineBytes": 16_000_000_000}}
+    isvc = InferenceService.model_validate(raw)
+    full = {PODS[0]: prom.PodWindow(gpu_used_bytes=22e9, gpu_total_bytes=24e9)}
+    monkeypatch.setattr(prom, "read_pod_windows", lambda *a, **k: full)
+    assert generative.no_room_to_reload(isvc, NOW)
+    monkeypatch.setattr(prom, "read_pod_windows", lambda *a, **k: {PODS[0]: prom.PodWindow()})
+    assert not generative.no_room_to_reload(isvc, NOW)
+
+    def down(*a: Any, **k: Any) -> Any:
+        raise prom.PrometheusUnavailable("http://p:9090", "refused", "connection refused")
+
+    monkeypatch.setattr(prom, "read_pod_windows", down)
+    assert not generative.no_room_to_reload(isvc, NOW)
