@@ -70,8 +70,12 @@ class RolloutState(BaseModel):
         return self.target, self.llm_target
 
     def to_annotation(self) -> dict[str, str]:
-        """The annotation patch that keeps this rollout."""
-        return {ROLLOUT_ANNOTATION: json.dumps(self.model_dump(mode="json"), sort_keys=True)}
+        """The annotation patch that keeps this rollout (a batching rollout's as before: no generative fields)."""
+        doc = self.model_dump(mode="json")
+        for key in ("llm_target", "llm_previous"):
+            if doc[key] is None:
+                doc.pop(key)
+        return {ROLLOUT_ANNOTATION: json.dumps(doc, sort_keys=True)}
 
     @classmethod
     def from_annotations(cls, annotations: Mapping[str, str]) -> RolloutState | None:

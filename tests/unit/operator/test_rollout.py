@@ -293,3 +293,13 @@ def test_a_generative_rollout_judges_the_live_settings_and_rolls_back_to_the_pre
     )
     assert reloads[1:] == [("10.0.0.2", old)]
     assert step.outcome == "rejected" and step.state is None and "no longer ready" in step.message
+
+
+def test_a_batching_rollouts_record_carries_no_generative_fields() -> None:
+    import json
+
+    from tailtune.api.keys import ROLLOUT_ANNOTATION
+
+    record = json.loads(started().to_annotation()[ROLLOUT_ANNOTATION])
+    assert "llm_target" not in record and "llm_previous" not in record
+    assert RolloutState.from_annotations(started().to_annotation()) == started()
