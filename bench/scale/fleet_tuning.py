@@ -69,6 +69,28 @@ READ_PROBE = "count by (namespace, model) (nv_inference_request_duration_us_buck
 TARGETS = {"operator_cores": 0.25, "operator_peak_rss_mib": 500, "tick_lag_p99_s": 5.0, "api_per_object_tick": 2.0}
 
 
+def cluster_pids() -> dict[str, int]:
+    """The local cluster's components (`devkit.cluster`'s pid files in its state dir): name -> pid."""
+    pids = Path(os.environ.get("TAILTUNE_CLUSTER_DIR", str(ROOT / ".cache" / "cluster"))) / "pids"
+    out = {}
+    for f in sorted(pids.glob("*.json")) if pids.is_dir() else ():
+        pid = int(json.loads(f.read_text())["pid"])
+        if Path(f"/proc/{pid}").exists():
+            out[f.stem] = pid
+    return out
+
+
+def component_cpu(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds so far of each cluster component (which one saturates while a fleet comes up)."""
+    out = {}
+    for name, pid in pids.items():
+        try:
+            out[name] = proc_stats(pid)[0]
+        except OSError:
+            continue
+    return out
+
+
 def log(message: str) -> None:
     print(f"[fleet {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
@@ -337,7 +359,12 @@ def run_one(
             os.kill(op.pid, signal.SIGUSR1)  # the census before any object
         log(f"N={count}: exporter :{exporter_port}, Prometheus :{prom_port}, operator pid {op.pid}")
 
-        t0 = time.monotonic()
+        components = cluster_pids()
+        cpu0, api0, t0 = (
+            component_cpu(components) | {"operator": proc_stats(op.pid)[0]},
+            request_counts(env),
+            time.monotonic(),
+        )
         create_all(env, [service(i, args.interval, prom_url) for i in range(count)])
         result["create_s"] = round(time.monotonic() - t0, 1)
         ready_s = status_s = None
@@ -358,7 +385,18 @@ def run_one(
             if op.poll() is not None:
                 raise RuntimeError(f"the operator exited {op.returncode}: see {op_log}")
             time.sleep(poll)
+        cpu1 = component_cpu(components) | {"operator": proc_stats(op.pid)[0]}
+        took = time.monotonic() - t0
+        api_made = request_counts(env) - api0
         result |= {
+            # Which component saturates while the fleet comes up: cores of each over the create-to-status window.
+            "cores_until_status": {k: round((cpu1[k] - cpu0.get(k, 0.0)) / took, 3) for k in sorted(cpu1)},
+            "api_requests_until_status": {
+                f"{r}/{v}": c for (r, v), c in api_made.most_common() if c and _operators(r, v)
+            },
+            "api_requests_until_status_total": sum(c for (r, v), c in api_made.items() if _operators(r, v)),
+            "isvc_patches_until_status": api_made.get(("inferenceservices", "PATCH"), 0),
+            **{f"cores_until_status_{k}": round((cpu1[k] - cpu0.get(k, 0.0)) / took, 3) for k in sorted(cpu1)},
             "all_ready_s": ready_s,
             "all_status_latency_s": status_s,
             "operator_peak_rss_mib_at_all_status": round(proc_stats(op.pid)[1] / 2**20, 1),
@@ -490,6 +528,13 @@ ROWS = (
     ("kubectl create of all, s", "create_s"),
     ("all Ready, s (from the create)", "all_ready_s"),
     ("all with status.latency, s", "all_status_latency_s"),
+    ("cores until all had a status: operator", "cores_until_status_operator"),
+    ("... kube-apiserver", "cores_until_status_kube-apiserver"),
+    ("... etcd", "cores_until_status_etcd"),
+    ("... kube-controller-manager", "cores_until_status_kube-controller-manager"),
+    ("... kwok", "cores_until_status_kwok"),
+    ("API requests until all had a status (all clients but heartbeats, watches)", "api_requests_until_status_total"),
+    ("InferenceService PATCHes until all had a status", "isvc_patches_until_status"),
     ("Prometheus queries/min", "prometheus_queries_per_min"),
     ("fleet reads/min", "fleet_reads_per_min"),
     ("queries per fleet read", "queries_per_fleet_read"),
