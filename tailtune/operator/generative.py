@@ -54,6 +54,7 @@ from tailtune.operator.rollout import (
     RolloutState,
     RolloutStep,
     advance_rollout,
+    describe,
     describe_llm,
     pod_observation,
     reload_fits,
@@ -623,6 +624,7 @@ def explain_generative(isvc: InferenceService, now: datetime, *, as_json: bool =
         sig, problem = None, str(exc)
     cond = slo_condition(isvc, sig, problem)
     applied = config_in_force(isvc)
+    serving, rollout = serving_status(isvc), llm_rollout(isvc)
     decision = None
     if sig is not None:
         obs = observation(sig, ready_replicas(isvc, sig))
@@ -641,6 +643,10 @@ def explain_generative(isvc: InferenceService, now: datetime, *, as_json: bool =
             "generative": gen.model_dump(by_alias=True, mode="json", exclude_none=True) if gen else None,
             "sloMet": cond.model_dump(by_alias=True, mode="json", exclude_none=True),
             "replicasInForce": applied.replicas,
+            "servingInForce": serving["serving"].model_dump(by_alias=True, mode="json"),
+            "servingReason": serving["serving_reason"],
+            "rollout": None if rollout is None else {"canary": rollout.canary, "stage": rollout.stage,
+                                                     "target": describe(rollout)},
             "next": None if decision is None else {"reasonCode": decision.reason_code, "message": decision.message,
                                                    "replicas": decision.replicas, "boundBy": decision.bound_by},
         }  # fmt: skip
@@ -665,6 +671,9 @@ def explain_generative(isvc: InferenceService, now: datetime, *, as_json: bool =
                    f"waiting {gen.waiting_sequences}, KV {gen.kv_cache_used_percent} % (fullest pod)")  # fmt: skip
     out.append(f"SLOMet     {cond.status} ({cond.reason}): {cond.message}")
     out.append(f"in force   {applied.replicas} replicas" + (f" ({applied.reason})" if applied.reason else ""))
+    out.append(f"serving    {describe_llm(serving['serving'])} ({serving['serving_reason']})")
+    if rollout is not None:
+        out.append(f"rollout    canary {rollout.canary} ({rollout.stage}): {describe(rollout)}")
     if decision is not None:
         out.append(f"next       {decision.describe()} -> {decision.replicas} replicas")
     elif problem and sig is not None:
