@@ -37,7 +37,7 @@ from tailtune.offline.generative import (
     run_policy,
 )
 from tailtune.sim.llm import ROOFLINES, EngineConfig, TokenLengths
-from tailtune.tuner.generative import GenEngineModel, GenPolicy
+from tailtune.tuner.generative import LEVERS_CHANGED, GenEngineModel, GenPolicy
 
 # MLPerf Inference Llama-2-70B / Llama-3.1-8B server scenario: P99 TTFT 2 s, P99 TPOT 100 ms (issue 39).
 TTFT_TARGET_MS = 2000.0
@@ -150,6 +150,17 @@ def main(argv: list[str] | None = None) -> int:
         ttft, tpot = r.trace_percentiles(policy.ttft_percentile)
         return ttft <= policy.ttft_target_ms and tpot <= policy.tpot_target_ms
 
+    # Each decision is taken at the end of its interval: the i-th at (i + 1) intervals into the trace.
+    levers = [
+        f"- {shape} seed {seed}, t = {(i + 1) * policy.interval_seconds:.0f} s: {why}"
+        for shape, seed, tt, *_ in rows
+        for i, why in enumerate(tt.reasons)
+        if why.startswith(LEVERS_CHANGED)
+    ]
+    lines += ["", "Lever changes of tailtune (each a reload of the tensorrt_llm settings):", ""]
+    lines += levers or [
+        f"- none: no trace took tailtune to its bound of {args.replicas_max} replicas short of a target"
+    ]
     both = [(tt, pl) for _, _, tt, pl, _, _ in rows if holds(tt) and holds(pl)]
     fewer = sum(tt.replica_seconds < pl.replica_seconds for tt, pl in both)
     lines += [
