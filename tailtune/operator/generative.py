@@ -496,7 +496,7 @@ async def _levers(
             await cluster.emit_event(meta, "Normal", decision.reason_code or LEVERS_CHANGED, message)
             update = {"llm": wanted, "llm_reason": message, "llm_reloads": reloads, "changed_at": now}
             return new.model_copy(update=update), {}
-        if not new.rolled and await asyncio.to_thread(no_room_to_reload, isvc, now):
+        if new.rolled or await asyncio.to_thread(no_room_to_reload, isvc, now):
             # A second copy of the engine does not fit beside the first (its KV cache took its share of what the
             # engine left): the pods roll instead, one at a time behind readiness, each starting on the new settings.
             message = f"no GPU memory for a second copy of the engine; rolling the pods one at a time: {why}"

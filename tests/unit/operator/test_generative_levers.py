@@ -297,6 +297,11 @@ def test_without_room_for_a_second_engine_copy_the_pods_roll_onto_the_new_settin
     two = _by_kind(desired_state(done, _succeeded(done, tmp_path)).objects)["Deployment"]
     hash_of = lambda d: d["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]  # noqa: E731
     assert hash_of(one) != hash_of(two)
+    triton.no_room = False  # gauges missing later: the pods roll again, no in-place reload on that GPU
+    fewer_kv = LlmServing(**{**llm_in_force(done).model_dump(), "kv_cache_free_gpu_mem_fraction": 0.8})
+    assert _apply(cluster, _decision(levers_of(fewer_kv)), NOW + timedelta(minutes=5))
+    assert triton.reloads == [] and llm_in_force(cluster.isvc()) == fewer_kv
+    assert cluster.events[-1][1] == generative.HOT_RELOAD_NO_ROOM
 
 
 def test_no_room_to_reload_reads_the_gpu_memory_gauges_and_treats_unknown_as_room(
