@@ -7,7 +7,10 @@ gauge and the completions counter), and `decide_surge` looks at the last PANIC_W
 
 - **reason to panic**: the queue grows and either the fullest pod holds more than it serves within the SLO with
   full batches back to back (its last request waits past the SLO however the batcher does), or the window's demand
-  asks for PANIC_THRESHOLD times the replicas in force (Knative's rule);
+  asks for PANIC_THRESHOLD times the replicas in force (Knative's rule); or, queue or not, the window's demand is
+  PANIC_THRESHOLD times what the replicas in force carry within the SLO itself by the law's model of the batching
+  in force, where it holds the SLO at some load (the pending gauge counts only the requests not yet handed to a model instance: with several instances
+  on one device a pod falls behind on the device, its queue at the instances, while the gauge stays near zero);
 - **the count asked at once**: the most of the replicas that carry the window's demand (the law's margin, the
   batching in force, the law's model of it) and the law's `drain_replicas` for the fullest pod's queue as it will
   be when new pods are ready (its growth times what is left of the measured pod start), never fewer than in force,
@@ -24,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from tailtune.tuner.control.objective import NO_HEADROOM
 from tailtune.tuner.law import GROWTH_SHARE, MAX_REJECTED, candidate, drain_replicas, safe_capacity
 from tailtune.tuner.servicetime import Curve, merged
 from tailtune.tuner.types import InForce, Policy, TooFewReplicas, TunerState
@@ -166,7 +170,10 @@ def decide_surge(
     queue_past = window.pending_max > within_slo and window.fullest_growth_rps > 0
     asks = window.demand_rps * policy.demand_margin / max(per_replica.carries(), 1e-9)
     doubled = growing and asks >= PANIC_THRESHOLD * n
-    reason_now = growing and (queue_past or doubled)
+    at_slo = candidate(curve, mb, delay, policy.model_copy(update={"headroom": NO_HEADROOM}), tuner.calibration)
+    # (A batching that holds the SLO at no load is the tick's to change: more replicas of it hold it no better.)
+    past_slo = at_slo.carries() > 0 and window.demand_rps >= PANIC_THRESHOLD * n * at_slo.carries()
+    reason_now = (growing and (queue_past or doubled)) or past_slo
     if reason_now:
         st = replace(st, last_reason_at=now, panic_since=surge.panic_since or now)
     elif surge.panic_since is not None and (
@@ -190,7 +197,14 @@ def decide_surge(
     for_demand = math.ceil(asks)
     for_queue = drain_replicas(full_rps, queued_then, window.demand_rps, policy)
     want = min(policy.replicas_max, max(n, for_demand, for_queue))
-    cause = "the queue outgrows the SLO" if queue_past else f"the demand asks {asks:.1f} replicas"
+    cause = (
+        "the queue outgrows the SLO"
+        if growing and queue_past
+        else f"the demand asks {asks:.1f} replicas"
+        if growing
+        else f"the demand is {window.demand_rps / max(n * at_slo.carries(), 1e-9):.1f}x what {n} replica(s) carry "
+        "within the SLO"
+    )
     if want <= n:
         limit = " (the most the spec allows)" if n >= policy.replicas_max else ""
         return SurgeDecision(

@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from tailtune.api.v1alpha1 import Batching
-from tailtune.tuner.law import decide, safe_capacity
+from tailtune.tuner.control.objective import NO_HEADROOM
+from tailtune.tuner.law import candidate, decide, safe_capacity
 from tailtune.tuner.loop import FastPath
 from tailtune.tuner.servicetime import Curve, CurvePoint
 from tailtune.tuner.surge import (
@@ -61,6 +62,32 @@ def test_a_surge_past_the_slo_scales_out_at_once() -> None:
     assert d.panic and d.scale_out
     assert d.replicas >= 4
     assert "queue" in d.reason and "1 -> " in d.reason
+
+
+def _t_one() -> float:
+    """t(1) of BUILD, ms."""
+    return BUILD[0].ms
+
+
+def test_a_pod_behind_on_its_device_with_an_empty_queue_scales_out() -> None:
+    """Three instances on one device: the pod falls behind on the device while the pending gauge (requests not yet
+    handed to an instance) stays near zero. A demand twice what the replicas in force carry within the SLO by the
+    model is a reason to panic without a growing queue; half of it is none (caught: a fast path that waits for the
+    queue to grow, and one that fires at any load the queue does not show)."""
+    policy = POLICY.model_copy(update={"instances": 3})
+    at_slo = candidate(Curve(BUILD), 8, 0, policy.model_copy(update={"headroom": NO_HEADROOM}), 1.0).carries()
+    inf = InForce(batching=MB8, replicas=1)
+    past = _window([(1, 0)], [(1, 2.2 * at_slo * 6)])
+    d = decide_surge(past, SurgeState(), inf, TunerState(), policy, T0 + timedelta(seconds=6))
+    assert d.panic and d.scale_out and d.replicas >= 2, d.reason
+    assert "within the SLO" in d.reason
+    within = _window([(1, 0)], [(1, 0.9 * at_slo * 6)])
+    d = decide_surge(within, SurgeState(), inf, TunerState(), policy, T0 + timedelta(seconds=6))
+    assert not d.panic and not d.scale_out and d.replicas == 1, d.reason
+    # A batching that holds the SLO at no load: the tick's to change, not more replicas of it.
+    tight = policy.model_copy(update={"slo_ms": 0.5 * _t_one()})
+    d = decide_surge(past, SurgeState(), inf, TunerState(), tight, T0 + timedelta(seconds=6))
+    assert not d.scale_out and d.replicas == 1, d.reason
 
 
 def test_panic_ends_after_a_stable_window_and_never_scales_in() -> None:
