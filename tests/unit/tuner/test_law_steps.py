@@ -14,6 +14,7 @@ from tailtune.tuner.control.guards import Proposal
 from tailtune.tuner.control.limits import limits, upper_demand_rps
 from tailtune.tuner.control.objective import Candidate, Plan
 from tailtune.tuner.control.reading import Reading, read_window
+from tailtune.tuner.servicetime import Curve
 from tailtune.tuner.types import InForce, Observation, Policy, TooFewReplicas, TunerState
 from tests.unit.tuner.families import NOW, SPAN, build_points, steady_window
 
@@ -76,6 +77,16 @@ def test_gate_no_traffic_holds_and_leaves_only_a_fragile_batching() -> None:
     d = gates.no_traffic(TunerState(), fragile, idle, POLICY.model_copy(update={"warmup_max": 4}), NOW)
     assert d is not None and d.changed and d.batching.max_batch_size >= 4 and d.bound_by == "no-traffic"
     assert gates.no_traffic(TunerState(), IN_FORCE, CALM, POLICY, NOW) is None
+
+
+def test_no_load_plans_the_fewest_replicas_even_where_no_config_keeps_the_aim() -> None:
+    """Caught: with every config short of the aim (a P99.9 past a replica's latency floor) the plan at no load asked
+    for every replica the bounds allow, and a fragile batching left without traffic took them all."""
+    policy = POLICY.model_copy(update={"slo_ms": 2.0 * _t(1), "percentile": 99.9, "replicas_min": 1, "replicas_max": 5})
+    curve = Curve(policy.build_curve)
+    assert law.best_plan(curve, 1.0, policy, 1.0, backlog=False).replicas == policy.replicas_max
+    plan = law.best_plan(curve, 0.0, policy, 1.0, backlog=False)
+    assert plan.replicas == policy.replicas_min
 
 
 def test_gate_signal_missing_never_moves_blind() -> None:
