@@ -220,3 +220,29 @@ def test_a_tensorrt_llm_reload_moves_the_emulated_engines_settings_and_reads_bac
     )  # fmt: skip
     records = load.run()
     assert summarize(records).completed > 0 and not load.errors, load.errors
+
+
+def test_an_unloading_model_finishes_the_streams_in_flight(deployer: Deployer) -> None:
+    """An unload (a scale-in's SIGTERM unloads too) lets the sequences in flight finish: Triton waits for their final
+    responses before the model's `finalize`, which would cut them. What a scale-in does lose (measured on a
+    tritonserver sent SIGTERM mid-stream) are requests sent to the pod after its SIGTERM, before the client's target
+    list drops it: refused ("has no available versions"), and the client's open stream holds the server past its
+    exit timeout."""
+    from tailtune.triton import control
+
+    model = _deploy(deployer, EmulatedLlm(roofline="l4"))
+    url = deployer.server.grpc_url
+    load = StreamingLoad(
+        url, model, [Phase(0.0, 6.0)], duration_s=0.6, streams=1,
+        prompt=Lengths(median=64, sigma=0.1, low=32, high=96), output=Lengths(median=24, sigma=0.1, low=20, high=28),
+        seed=7, drain_timeout_s=20.0,
+    )  # fmt: skip
+    runner = threading.Thread(target=load.run)
+    runner.start()
+    time.sleep(0.8)  # the requests are sent and streaming (about 1.3 s each at the L4's step)
+    control.unload_model(url, model)
+    runner.join(timeout=30)
+    records = load.snapshot()
+    stats = summarize(records)
+    assert records and stats.failed == 0 and not load.errors, (stats, load.errors)
+    assert all(len(r.token_times) == r.output_tokens for r in records)
