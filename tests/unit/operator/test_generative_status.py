@@ -113,6 +113,7 @@ def test_explain_speaks_ttft_and_tpot(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_explain_shows_the_serving_settings_in_force_and_why(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(generative, "read_window", lambda _isvc, _now: _sig())
     code, text = generative.explain_generative(_isvc(), NOW)
+    assert code == 0
     assert "serving    guaranteed_no_evict, KV share 0.9, no chunked prefill, queue unbounded (spec.serving.llm" in text
     doc = json.loads(generative.explain_generative(_isvc(), NOW, as_json=True)[1])
     assert doc["servingInForce"]["kvCacheFreeGpuMemFraction"] == 0.9 and doc["rollout"] is None
