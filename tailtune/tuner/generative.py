@@ -208,11 +208,6 @@ class GenPolicy:
         )
 
 
-def levers_from_spec(spec: InferenceServiceSpec) -> GenLevers:
-    """The levers spec.serving.llm sets (the backend's defaults where unset)."""
-    return levers_of(spec.llm_serving())
-
-
 def levers_of(s: LlmServing) -> GenLevers:
     """The levers a tensorrt_llm model config's load-time settings set."""
     return GenLevers(

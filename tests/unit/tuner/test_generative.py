@@ -27,10 +27,11 @@ from tailtune.tuner.generative import (
     aims_ms,
     decide_generative,
     erlang_c,
-    levers_from_spec,
+    levers_of,
     needed_replicas,
     predict,
     scale_in_target,
+    serving_with,
     slots,
 )
 from tests.sampling import cases
@@ -196,7 +197,9 @@ def test_policy_from_spec_reads_the_targets_and_names_an_unknown_gpu() -> None:
     )
     p = GenPolicy.from_spec(isvc.spec)
     assert (p.ttft_target_ms, p.tpot_target_ms, p.tpot_percentile, p.replicas_max) == (500, 30, 95, 4)
-    assert levers_from_spec(isvc.spec) == GenLevers()
+    assert levers_of(isvc.spec.llm_serving()) == GenLevers()  # unset: the backend's defaults, the tuner's too
+    moved = GenLevers(0.7, 8, True, "max_utilization")
+    assert levers_of(serving_with(moved, isvc.spec.llm_serving())) == moved
     with pytest.raises(GenPolicyError, match=r"spec\.serving\.gpu\.product"):
         GenPolicy.from_spec(
             isvc.spec.model_copy(
