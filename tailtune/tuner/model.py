@@ -20,13 +20,13 @@ instances that execute on one device one batch at a time, t(b) the measured serv
   during the batch in flight) wait for a full batch besides their own (`_overflow`). Without it the tail batch,
   capped at B, held the predicted P99 at 2 t(B) over a tenth of the load, until a whole queue of full batches
   formed, while the simulator's P99 kept rising.
-- A queue delay (`delay_windows=True`, derived from how Triton's batcher closes a batch and checked against the
-  simulator for 1-4 instances: `bench/tuner/instances.py`): where the delay, not the device, closes the batches, a
-  batch holds the first request after a dispatch and what arrives within the delay, b = 1 + min(B - 1,
+- A queue delay (derived from how Triton's batcher closes a batch and checked against the simulator and a real
+  tritonserver for 1-4 instances: `bench/tuner/instances.py`): where the delay, not the device, closes the batches,
+  a batch holds the first request after a dispatch and what arrives within the delay, b = 1 + min(B - 1,
   Poisson(lambda D)), and reaches the device a window and an exponential gap after the last; the device wait is
-  that Lindley walk's tail (`_delay_window`). The default (False) keeps the greedy fixed point b = lambda (t(b) +
-  D), which counts the delay into every cycle and over-predicts P99 with a delay 1.3-8x (1-4 instances); the law's
-  tests are tuned on it, so the law switches over in its own change.
+  that Lindley walk's tail (`_delay_window`). The latency is the smaller of that and the greedy fixed point's
+  above, each an over-estimate in the other's regime (the fixed point alone counts the delay into every cycle and
+  over-predicted P99 with a delay 1.3-8x at 1-4 instances).
 - Share within an SLO (`share_within`, what the tuner ranks configs by where none holds the SLO): for one
   instance without a queue delay, from the chain of queue lengths at the moments the device frees (batches past
   a plateau's edge feed on themselves: a big batch runs long, so the next is big too); otherwise the highest
@@ -226,14 +226,10 @@ def predict(
     rate_rps: float,
     percentile: float = 99.0,
     capacity_rps: float | None = None,
-    *,
-    delay_windows: bool = False,
 ) -> Prediction:
-    """Predicted latency and capacity of one replica serving `rate_rps` (Poisson). With `delay_windows`, where the
-    queue delay closes the batches they are taken as the delay's windows (`_delay_window`); without it, as the
-    greedy fixed point b = lambda (t(b) + D) (what the law has been tuned on: see the module's notes)."""
+    """Predicted latency and capacity of one replica serving `rate_rps` (Poisson)."""
     cap = capacity(t, max(1, max_batch), delay_us) if capacity_rps is None else capacity_rps
-    at, mean_batch, util, steady = _at_load(t, max_batch, delay_us, instances, rate_rps, cap, delay_windows)
+    at, mean_batch, util, steady = _at_load(t, max_batch, delay_us, instances, rate_rps, cap)
     return Prediction(at(percentile), cap, mean_batch, util, steady)
 
 
@@ -244,10 +240,11 @@ def _at_load(
     instances: int,
     rate_rps: float,
     cap: float,
-    delay_windows: bool = False,
+    windows: bool = True,
 ) -> tuple[Callable[[float], float], float, float, bool]:
     """One replica at one load: (latency in ms at a percentile, mean batch, device utilisation, stable). Where
-    the batches settle does not depend on the percentile: it is found once for every percentile asked."""
+    the batches settle does not depend on the percentile: it is found once for every percentile asked. With
+    `windows` off, the greedy fixed point alone (the regime the delay's windows are weighed against)."""
     big = max(1, max_batch)
     t_full = t(big)
     lam = max(0.0, rate_rps) / 1000.0  # requests per ms
@@ -257,12 +254,12 @@ def _at_load(
     rho = rate_rps / cap if cap > 0 else math.inf
     if rho >= 1.0:
         return (lambda _pct: math.inf), float(big), 1.0, False
-    window = _delay_window(t, big, lam, delay_ms, instances) if delay_windows else None
+    window = _delay_window(t, big, lam, delay_ms, instances) if windows else None
     if window is not None:
         # Each regime's latency bounds the other's from above: the windows ignore that batches grow once the
         # device falls behind them (past that they track the device), the greedy fixed point counts the delay into
         # every cycle. The batcher is in the one that answers sooner.
-        greedy = _at_load(t, max_batch, delay_us, instances, rate_rps, cap)[0]
+        greedy = _at_load(t, max_batch, delay_us, instances, rate_rps, cap, windows=False)[0]
         closes = min(float(big), 1.0 + lam * delay_ms)
         return (lambda pct: min(window(pct), greedy(pct))), closes, min(1.0, rho), True
     b = settle(t, big, delay_us, rate_rps) or float(big)
@@ -359,9 +356,7 @@ def _delay_window(
     return at
 
 
-def _lindley_root(
-    sizes: npt.NDArray[np.float64], times: npt.NDArray[np.float64], lam: float, delay_ms: float
-) -> float:
+def _lindley_root(sizes: npt.NDArray[np.float64], times: npt.NDArray[np.float64], lam: float, delay_ms: float) -> float:
     """The positive root theta of E[exp(theta S)] E[exp(-theta G)] = 1, S the execution time of a window's batch
     (`times` at the size probabilities `sizes`, sizes 1 .. B) and G = X + min(D, Gamma(B - 1)) the gap between
     batches (`_delay_window`; X ~ Exp(lambda), Gamma(B - 1) the time to B - 1 more arrivals):
@@ -472,14 +467,12 @@ def max_rate(
     aim_ms: float,
     percentile: float = 99.0,
     capacity_rps: float | None = None,
-    *,
-    delay_windows: bool = False,
 ) -> float:
     """Largest rate (req/s) one replica serves with the predicted latency within `aim_ms` (0 if none)."""
     cap = capacity(t, max_batch, delay_us) if capacity_rps is None else capacity_rps
 
     def ok(rate: float) -> bool:
-        p = predict(t, max_batch, delay_us, instances, rate, percentile, cap, delay_windows=delay_windows)
+        p = predict(t, max_batch, delay_us, instances, rate, percentile, cap)
         return p.p_ms <= aim_ms
 
     if cap <= 0 or not ok(1e-3 * cap):
@@ -514,8 +507,6 @@ def share_within(
     rate_rps: float,
     slo_ms: float,
     capacity_rps: float | None = None,
-    *,
-    delay_windows: bool = False,
 ) -> float:
     """Predicted share of requests answered within `slo_ms` at `rate_rps`. One instance without a queue delay:
     from the batcher's queue-length chain (`_chain_share`). Otherwise, or where full batches do not keep up
@@ -526,7 +517,7 @@ def share_within(
         from_chain = _chain_share(t, max(1, max_batch), rate_rps / 1000.0, slo_ms)
         if from_chain is not None:
             return min(0.9999, from_chain)
-    at = _at_load(t, max_batch, delay_us, instances, rate_rps, cap, delay_windows)[0]
+    at = _at_load(t, max_batch, delay_us, instances, rate_rps, cap)[0]
 
     def ok(pct: float) -> bool:
         return at(pct) <= slo_ms

@@ -250,12 +250,11 @@ def _simulated_with_delay(t: Fn, max_batch: int, delay_us: int, instances: int, 
 
 def test_n_instances_on_one_device_with_a_delay_track_the_simulator() -> None:
     """1, 2 or 4 instances on one device, max batch 4-32, a queue delay of 0, 1/4, 1/2 or 1 full batch's time (the
-    delays the law tries with several instances), a load 0.2-0.8 of capacity: the P99 `predict(...,
-    delay_windows=True)` gives is within 0.55-2x the simulator's, and with a delay nearer it than the default in
-    the median. Measured on the whole family (300 cases): 0.57-1.68, median 1.10 (the low end at delay 0, one
-    instance: the greedy model, unchanged); with a delay (217 cases) 0.82-1.68, median 1.14, where the default (the
-    greedy fixed point, which counts the delay into every cycle) gives 0.82-4.02, median 1.51. Loads to 0.95:
-    bench/tuner/instances.py."""
+    delays the law tries with several instances), a load 0.2-0.8 of capacity: the P99 `predict` gives is within
+    0.55-2x the simulator's, and within 0.75-1.8x with a delay. Measured on the whole family (300 cases): 0.57-1.68,
+    median 1.10 (the low end at delay 0, one instance: the greedy fixed point); with a delay (217 cases) 0.82-1.68,
+    median 1.14, where the greedy fixed point alone (the model before the delay's windows, which counts the delay
+    into every cycle) gave 0.82-4.02, median 1.51. Loads to 0.95: bench/tuner/instances.py."""
     rng = np.random.default_rng(3838)
     rows = []
     for case in range(cases(300)):
@@ -266,15 +265,13 @@ def test_n_instances_on_one_device_with_a_delay_track_the_simulator() -> None:
         delay = int(share * t(max_batch) * 1000)
         rate = float(rng.uniform(0.2, 0.8)) * model_capacity(t, max_batch, delay)
         simulated = _simulated_with_delay(t, max_batch, delay, instances, rate, case)
-        windows = predict(t, max_batch, delay, instances, rate, delay_windows=True).p_ms / simulated
-        greedy = predict(t, max_batch, delay, instances, rate).p_ms / simulated
-        rows.append((round(windows, 2), round(greedy, 2), instances, share, max_batch))
+        ratio = predict(t, max_batch, delay, instances, rate).p_ms / simulated
+        rows.append((round(ratio, 2), instances, share, max_batch))
     ratios = np.array([r[0] for r in rows])
     assert ratios.min() >= 0.55 and ratios.max() <= 2.0, sorted(rows)[:3] + sorted(rows)[-3:]
-    delayed = [r for r in rows if r[3] > 0]
+    delayed = [r for r in rows if r[2] > 0]
     assert len(delayed) >= floor(3, 150), rows
-    closer = np.median([abs(math.log(r[0])) for r in delayed]) <= np.median([abs(math.log(r[1])) for r in delayed])
-    assert closer, delayed
+    assert all(0.75 <= r[0] <= 1.8 for r in delayed), sorted(delayed)[:3] + sorted(delayed)[-3:]
 
 
 def test_with_several_instances_a_delay_closes_windows_of_one_plus_lambda_d() -> None:
@@ -297,5 +294,5 @@ def test_with_several_instances_a_delay_closes_windows_of_one_plus_lambda_d() ->
         per_execution = len(batch) / float(np.sum(1.0 / batch))
         expected = 1.0 + rate / 1000.0 * delay_ms
         assert abs(per_execution / expected - 1.0) <= 0.05, (instances, per_execution, expected)
-        predicted = predict(t, 32, delay_ms * 1000, instances, rate, delay_windows=True).mean_batch
+        predicted = predict(t, 32, delay_ms * 1000, instances, rate).mean_batch
         assert abs(predicted / expected - 1.0) <= 0.02, (instances, predicted, expected)
