@@ -9,8 +9,9 @@ gauge and the completions counter), and `decide_surge` looks at the last PANIC_W
   full batches back to back (its last request waits past the SLO however the batcher does), or the window's demand
   asks for PANIC_THRESHOLD times the replicas in force (Knative's rule); or, queue or not, the window's demand is
   PANIC_THRESHOLD times what the replicas in force carry within the SLO itself by the law's model of the batching
-  in force, where it holds the SLO at some load (the pending gauge counts only the requests not yet handed to a model instance: with several instances
-  on one device a pod falls behind on the device, its queue at the instances, while the gauge stays near zero);
+  in force, where it holds the SLO at some load (the pending gauge counts only the requests not yet handed to a
+  model instance: with several instances on one device a pod falls behind on the device, its queue at the
+  instances, while the gauge stays near zero);
 - **the count asked at once**: the most of the replicas that carry the window's demand (the law's margin, the
   batching in force, the law's model of it) and the law's `drain_replicas` for the fullest pod's queue as it will
   be when new pods are ready (its growth times what is left of the measured pod start), never fewer than in force,
