@@ -29,12 +29,15 @@ CANDIDATE_CALIBRATION = (0.8, 1.25)
 # Robust load a candidate must have over the config in force to be worth a reload, a pause on every pod (design
 # value: past the few percent the model's calibration moves from window to window).
 SWITCH_GAIN = 1.15
-# ... or burst capacity (what full batches drain), at no less robust load (design value).
+# ... or burst capacity (what full batches drain), at no less robust load (a choice, not derived: below SWITCH_GAIN
+# because no robust load is given up for it, above the few percent a measured curve point moves between runs).
 BURST_GAIN = 1.1
-# Short of the SLO whatever the config: share of the demand answered within it a reload must add (design value).
+# Short of the SLO whatever the config: share of the demand answered within it a reload must add (the model's:
+# the queue-length chain's share errs within a tenth of the demand, `model.chained`; a gain below it is noise).
 SHARE_GAIN = 0.1
 # Ratio under which a config's burst-safe capacity to the most capable candidate's is fragile, a load step away from
-# a backlog; replaced even while the latency holds, first thing while there is no traffic (design value).
+# a backlog; replaced even while the latency holds, first thing while there is no traffic (a choice, not derived: a
+# step of half the load again, which the most capable config still drains, backs this one up).
 FRAGILE_FACTOR = 1.5
 # Largest planned max batch, in multiples of the largest measured size: past it the model is a bet (one octave;
 # design value).

@@ -20,9 +20,11 @@ from tailtune.tuner.types import InForce, Observation, Policy, TunerState
 # Share of the completion rate past which a pending count's growth is a backlog, and past which the demand moved
 # from one window to the next (design value: the noise of two rate() reads).
 GROWTH_SHARE = 0.05
-# Demand per completion of a backlogged window without a measured queue growth (design value: a quarter more).
+# Demand per completion of a backlogged window without a measured queue growth (a choice, not derived: the
+# demand past the completions is unread there, and a quarter more is what the law plans on until a growth is read).
 SATURATED_DEMAND_FACTOR = 1.25
-# Queue wait, as a share of the SLO, past which requests back up without a measured queue growth (design value).
+# Queue wait, as a share of the SLO, past which requests back up without a measured queue growth (a choice, not
+# derived: half the SLO spent waiting leaves the other half for the batch and its execution).
 BACKLOG_SHARE_OF_SLO = 0.5
 # Queue wait, in batch times, past which requests back up (design value: past the batch forming and the one
 # waiting of a batcher that keeps up).
@@ -37,7 +39,8 @@ CALIBRATION_DIGITS = 4
 # ahead the plan meets it (one for the change to show in a window, one to confirm it).
 RAMP_WINDOWS = 3
 RAMP_HORIZON_INTERVALS = 2
-# Largest ratio of one rise to another in a ramp (else it is a step; design value).
+# Largest ratio of one rise to another in a ramp (else it is a step; a choice, not derived: rises within 3x of each
+# other are read as one slope).
 RAMP_EVENNESS = 3.0
 # A shrinking queue drains by itself where it is gone within this many times the drain horizon (DRAIN_INTERVALS).
 DRAINING_HORIZONS = 2
