@@ -119,7 +119,8 @@ def leave_fragile(
         b.max_queue_delay_microseconds,
     ):
         return hold(st, in_force, code, why, bound_by=gate)
-    replicas = max(in_force.replicas, min(plan.replicas, policy.replicas_max))
+    # No load takes no more replicas (where no config keeps the aim the plan puts every replica on the SLO).
+    replicas = in_force.replicas if demand_rps <= 0 else max(in_force.replicas, min(plan.replicas, policy.replicas_max))
     batching = batching_for(best.max_batch, best.delay_us, policy)
     load = f"{demand_rps:.0f} req/s" if demand_rps > 0 else "no traffic"
     reason = (

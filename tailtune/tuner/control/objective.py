@@ -355,9 +355,7 @@ def drain_replicas(capacity_rps: float, queued: float, demand_rps: float, policy
 
 def replicas_for(load_rps: float, carries_rps: float, policy: Policy) -> int:
     """The replicas that carry `load_rps` at `carries_rps` each (at least the spec's minimum; past the most where
-    a replica carries nothing and there is a load to carry: no load takes the minimum, whatever a replica carries)."""
-    if load_rps <= 0:
-        return policy.replicas_min
+    a replica carries nothing)."""
     need = math.ceil(load_rps / carries_rps) if carries_rps > 0 else policy.replicas_max + 1
     return max(policy.replicas_min, need)
 

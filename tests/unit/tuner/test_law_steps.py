@@ -79,14 +79,17 @@ def test_gate_no_traffic_holds_and_leaves_only_a_fragile_batching() -> None:
     assert gates.no_traffic(TunerState(), IN_FORCE, CALM, POLICY, NOW) is None
 
 
-def test_no_load_plans_the_fewest_replicas_even_where_no_config_keeps_the_aim() -> None:
-    """Caught: with every config short of the aim (a P99.9 past a replica's latency floor) the plan at no load asked
-    for every replica the bounds allow, and a fragile batching left without traffic took them all."""
+def test_gate_no_traffic_leaves_a_fragile_batching_without_adding_replicas() -> None:
+    """Caught: with every config short of the aim (a P99.9 past a replica's latency floor) the plan puts every
+    replica the bounds allow on the SLO, and a fragile batching left without traffic took them all before any
+    request."""
     policy = POLICY.model_copy(update={"slo_ms": 2.0 * _t(1), "percentile": 99.9, "replicas_min": 1, "replicas_max": 5})
-    curve = Curve(policy.build_curve)
-    assert law.best_plan(curve, 1.0, policy, 1.0, backlog=False).replicas == policy.replicas_max
-    plan = law.best_plan(curve, 0.0, policy, 1.0, backlog=False)
-    assert plan.replicas == policy.replicas_min
+    assert law.best_plan(Curve(policy.build_curve), 0.0, policy, 1.0, backlog=False).replicas == policy.replicas_max
+    idle = CALM.model_copy(update={"p_latency_ms": None, "request_rate": 0.0})
+    fragile = IN_FORCE.model_copy(update={"batching": Batching(max_batch_size=1), "replicas": 1, "changed_at": None})
+    d = gates.no_traffic(TunerState(), fragile, idle, policy, NOW)
+    assert d is not None and d.changed and d.batching.max_batch_size > 1, d and d.reason
+    assert d.replicas == 1, d.reason
 
 
 def test_gate_signal_missing_never_moves_blind() -> None:
