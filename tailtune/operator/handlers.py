@@ -69,9 +69,9 @@ GONE_SECONDS = RESYNC_SECONDS
 TICK, FAST, RESYNC, CHECK, RECONCILE = "tick", "fast", "resync", "check", "reconcile"
 SERVING_CHILD_RESOURCES = ("configmaps", "services")  # watched for drift when the credentials allow it
 SERVING_CHILD_KINDS = {"configmaps": "ConfigMap", "services": "Service"}
-# Reconciles of kopf's events and timers in flight at once: as many as the API client has threads and connections
-# (API_CONCURRENCY); more would only wait for one of them with their manifests and answers held. A tuner tick's or the
-# fast path's reconcile (under the object's lock, after a decision) does not wait for this.
+# Reconciles of kopf's events and of the schedule's work in flight at once: as many as the API client has threads and
+# connections (API_CONCURRENCY); more would only wait for one of them with their manifests and answers held. A tuner
+# tick's or the fast path's reconcile (under the object's lock, after a decision) does not wait for this.
 RECONCILES_AT_ONCE = API_CONCURRENCY
 
 
