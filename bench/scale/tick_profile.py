@@ -143,7 +143,7 @@ async def setup(count: int) -> tuple[handlers.State, Api]:
         key = (doc["metadata"]["namespace"], doc["metadata"]["name"])
         api.bodies[key] = doc
         await reconcile(copy.deepcopy(doc), cast(Any, api), now)
-        state.bodies[key] = doc  # kopf's live body: our writes land in it as the watch would show them
+        state.bodies[key] = doc  # the watched body (`State.see`): our writes land in it as the watch would show them
     return state, api
 
 
