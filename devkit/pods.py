@@ -301,3 +301,10 @@ def without_flags(args: Sequence[str], flags: Sequence[str]) -> list[str]:
             continue
         out.append(arg)
     return out
+
+
+def pre_stop_seconds(pod: Manifest) -> float:
+    """The longest `lifecycle.preStop.sleep` of the pod's containers (0 without one): the kubelet runs each
+    container's hook before its SIGTERM, and the pod's process here is one."""
+    hooks = [(c.get("lifecycle") or {}).get("preStop") or {} for c in pod.get("spec", {}).get("containers", [])]
+    return max((float((h.get("sleep") or {}).get("seconds") or 0) for h in hooks), default=0.0)

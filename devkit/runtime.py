@@ -61,6 +61,7 @@ from devkit.pods import (
     flag_value,
     node_status,
     pod_status,
+    pre_stop_seconds,
     without_flags,
 )
 from devkit.procs import Process
@@ -599,11 +600,16 @@ class Runtime:
             return
         grace = float((pod or {}).get("metadata", {}).get("deletionGracePeriodSeconds") or 30)
         grace = min(grace, MAX_GRACE_S)
+        # As the kubelet does: the preStop hook first, inside the grace period, then SIGTERM for what is left.
+        pre_stop = min(pre_stop_seconds(pod), grace) if pod is not None else 0.0
         process = lp.process
 
         def stop() -> None:
             if process is not None:
-                code = process.stop(grace)
+                if pre_stop > 0:
+                    log.info("%s: preStop sleep %.0f s", lp.key, pre_stop)
+                    time.sleep(pre_stop)
+                code = process.stop(grace - pre_stop)
                 log.info("%s: stopped (exit %d)", lp.key, code)
 
         lp.stopping = threading.Thread(target=stop, name=f"stop-{lp.name}", daemon=True)

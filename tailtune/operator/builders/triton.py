@@ -40,6 +40,14 @@ COMPONENT = "triton"
 ENGINE_MOUNT = "/engines"
 # Long enough for engine load + warmup: Triton does not even listen until warmup ends.
 STARTUP_PERIOD_S, STARTUP_FAILURES = 10, 90
+# A pod marked for deletion leaves the Service's EndpointSlice at once, but a client (kube-proxy's rules, a gRPC
+# resolver, an ingress) stops picking it only once that change reaches it; a request sent meanwhile to a tritonserver
+# already shutting down fails. Kubernetes' answer is a preStop sleep before SIGTERM (KEP-3960, the `sleep` action, GA
+# in 1.34); 5 s is the low end of the 5-15 s its docs and ingress controllers use for that propagation.
+ENDPOINT_PROPAGATION_S = 5
+# tritonserver's --exit-timeout-secs default: after SIGTERM it refuses new requests and waits this long for in-flight
+# ones (a long generation included) before it unloads; the grace period covers both, so none is cut by SIGKILL.
+TRITON_EXIT_TIMEOUT_S = 30
 
 
 def config_hash(text: str) -> str:
@@ -130,6 +138,7 @@ def build_deployment(
         ENGINE_KEY: cache_key,
     }
     pod_spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": ENDPOINT_PROPAGATION_S + TRITON_EXIT_TIMEOUT_S,
         "nodeSelector": node_selector(isvc),
         "tolerations": gpu_tolerations(isvc),
         "securityContext": pod_security_context(),
@@ -159,6 +168,8 @@ def build_deployment(
                 "startupProbe": _probe("/v2/health/live", period=STARTUP_PERIOD_S, failures=STARTUP_FAILURES),
                 "readinessProbe": _probe(f"/v2/models/{isvc.model_name}/ready", period=5, failures=3),
                 "livenessProbe": _probe("/v2/health/live", period=10, failures=6),
+                # Serve on until every client has dropped the endpoint (see ENDPOINT_PROPAGATION_S).
+                "lifecycle": {"preStop": {"sleep": {"seconds": ENDPOINT_PROPAGATION_S}}},
                 # A failed load or warmup ends tritonserver (--exit-on-error): its last log lines say why.
                 "terminationMessagePolicy": "FallbackToLogsOnError",
                 "volumeMounts": [

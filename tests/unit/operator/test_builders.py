@@ -148,3 +148,14 @@ def test_the_builders_success_report_is_what_the_operator_reads() -> None:
     assert [(t.name, t.data_type, t.dims) for t in info.inputs] == [("x", "TYPE_FP16", [3, 224, 224])]
     assert [(t.name, t.dims) for t in info.outputs] == [("y", [1000])]
     assert parse_build_report("EngineBuildFailed: boom") is None
+
+
+def test_a_triton_pod_serves_on_until_its_endpoint_is_dropped_and_drains_within_its_grace() -> None:
+    """Caught: without a preStop sleep a scale-in's pod began refusing requests while clients still picked it; a grace
+    period shorter than the sleep plus Triton's exit timeout would SIGKILL the in-flight generations."""
+    from tailtune.operator.builders.triton import ENDPOINT_PROPAGATION_S, TRITON_EXIT_TIMEOUT_S
+
+    pod = build_deployment(make_isvc().obj(), cache_key="eng-0", replicas=1, config_digest="d")["spec"]["template"]
+    (triton,) = pod["spec"]["containers"]
+    assert triton["lifecycle"]["preStop"] == {"sleep": {"seconds": ENDPOINT_PROPAGATION_S}}
+    assert pod["spec"]["terminationGracePeriodSeconds"] >= ENDPOINT_PROPAGATION_S + TRITON_EXIT_TIMEOUT_S

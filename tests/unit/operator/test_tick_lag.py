@@ -27,8 +27,8 @@ def test_each_completed_tick_records_its_lag_from_due_to_decided(monkeypatch: py
 
     async def tick(state: Any, namespace: str, name: str) -> float:
         nonlocal ticks
-        ticks += 1
         await asyncio.sleep(tick_seconds)
+        ticks += 1  # counted once complete: a tick the end of the run cancels mid-sleep records no lag
         return interval
 
     monkeypatch.setattr(handlers, "tuner_tick", tick)
