@@ -3,8 +3,8 @@
     python bench/tuner/properties.py                  # every family whole (~15 min on 2 cores)
     python bench/tuner/properties.py -k test_b_       # some of them (pytest's -k)
 
-The suite (`bash hack/test.sh`, `pytest tests/unit`) runs each property on a small seeded sample of its family
-(`tests/sampling.py`: the first cases of the same seeded draw, so a failure here replays there by its case
+The suite (`bash hack/test.sh`, `pytest tests/unit tests/loop`) runs each property on a small seeded sample of its
+family (`tests/sampling.py`: the first cases of the same seeded draw, so a failure here replays there by its case
 number). This runs the same tests with `TAILTUNE_FULL_FAMILIES=1`: every case of every family, every assertion as
 written. It prints, per test, the cases drawn in the suite and here, its time and its outcome, writes
 bench/out/properties/report.md and durations.png (time per test, sample vs whole family), and exits 1 when any
@@ -30,7 +30,16 @@ FAMILY_MODULES = (
     "tests/unit/tuner/test_model.py",
     "tests/unit/tuner/test_servicetime.py",
     "tests/unit/tuner/test_loop.py",
-    "tests/unit/tuner/test_whatif.py",
+    "tests/unit/tuner/test_forecast.py",
+    "tests/unit/tuner/test_surge.py",
+    "tests/unit/sim/test_shedding.py",
+    "tests/unit/operator/test_atrest.py",
+    # The closed-loop tier: the law driving the simulators over whole traces.
+    "tests/loop/test_short_of_slo.py",
+    "tests/loop/test_cost.py",
+    "tests/loop/test_whatif_cost.py",
+    "tests/loop/test_novel_family.py",
+    "tests/loop/test_generative_planner.py",
     "tests/prometheus/test_fleet_reader.py",  # a real Prometheus (Debian's `prometheus`, with promtool)
 )
 

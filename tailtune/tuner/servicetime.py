@@ -108,6 +108,7 @@ class Curve:
         self.times = times
         # The planner asks t(b) of the same few sizes millions of times a decision: answered once each.
         self._memo: dict[float, Estimate] = {}
+        self._ms: dict[float, float] = {}
 
     def __bool__(self) -> bool:
         return bool(self.sizes)
@@ -140,5 +141,9 @@ class Curve:
         return Estimate(ys[k - 1] + w * (ys[k] - ys[k - 1]), False)
 
     def ms(self, batch: float) -> float:
-        """t(batch) in ms."""
-        return self.estimate(batch).ms
+        """t(batch) in ms (the model's inner loops ask this at continuous sizes: kept apart from `estimate`'s
+        records, a float each)."""
+        known = self._ms.get(batch)
+        if known is None:
+            known = self._ms[batch] = self._estimate(batch).ms
+        return known

@@ -1,15 +1,13 @@
-"""The generative tuner (`tailtune.tuner.generative`): the model, each guard, and a sampled property against a
-Dynamo-style planner on generated traces (the whole family is bench/generative/planner.py)."""
+"""The generative tuner (`tailtune.tuner.generative`): the model and each guard (the sampled property against a
+Dynamo-style planner on generated traces: tests/loop/test_generative_planner.py)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import pytest
 
-from tailtune.offline.generative import family_trace, profile_replica_tokens_per_s, run_policy
-from tailtune.sim.llm import ROOFLINES, EngineConfig, TokenLengths
+from tailtune.sim.llm import ROOFLINES, EngineConfig
 from tailtune.tuner.generative import (
     COOLDOWN,
     INFEASIBLE,
@@ -34,7 +32,6 @@ from tailtune.tuner.generative import (
     serving_with,
     slots,
 )
-from tests.sampling import cases
 from tests.unit.factories import make_isvc
 
 L4 = EngineConfig(roofline=ROOFLINES["l4"])
@@ -210,25 +207,6 @@ def test_policy_from_spec_reads_the_targets_and_names_an_unknown_gpu() -> None:
                 }
             )
         )
-
-
-# The sampled property: on generated traces tailtune's goodput is never below the planner's.
-
-FAMILY = 40  # the family the benchmark sweeps; the suite draws `cases(FAMILY)` of it
-SHAPES = ("step", "diurnal", "bursts", "long-prompt")
-
-
-def test_tailtune_goodput_is_never_below_the_planners_on_generated_traces() -> None:
-    """Seeded traces of each shape (short, light: a small sample); the planner profiled once, as Dynamo's is."""
-    lengths = TokenLengths()
-    profile = profile_replica_tokens_per_s(L4, lengths, POLICY.tpot_target_ms / 1000, POLICY.tpot_percentile)
-    assert profile > 0
-    for k in range(cases(FAMILY)):
-        reqs = family_trace(SHAPES[k % len(SHAPES)], k, 600.0, 1.5, lengths)
-        tt = run_policy("tailtune", reqs, L4, POLICY, 1)
-        pl = run_policy("planner", reqs, L4, POLICY, 1, planner_profile=profile)
-        assert tt.goodput >= pl.goodput, (k, tt.goodput, pl.goodput)
-        assert math.isfinite(tt.replica_seconds) and tt.replica_seconds > 0
 
 
 def test_the_planner_baseline_sizes_on_demand_every_180_s() -> None:
