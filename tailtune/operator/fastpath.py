@@ -125,7 +125,7 @@ _READS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fastpath")
 
 class SurgeWatch:
     """The fast path of one InferenceService, one check at a time (`check`): the operator's schedule runs it
-    (`handlers`), `watch_surges` loops over it.
+    (`handlers`, `schedule`).
 
     Each check reads the ready pods and, under the object's lock (never beside a tuner tick or a reconcile), checks
     the object as last seen (`current`, the watch's body, parsed by `parse`: once per version in the operator);
@@ -192,27 +192,3 @@ class SurgeWatch:
                 if fresh is not None:
                     await self._reconcile(fresh)
         return live
-
-
-async def watch_surges(
-    cluster: WatchCluster,
-    lock: asyncio.Lock,
-    memory: TunerMemory | None,
-    current: Callable[[], Mapping[str, Any]],
-    stopped: Callable[[], bool],
-    sleep: Callable[[float], Awaitable[object]],
-    reconcile: Callable[[dict[str, Any]], Awaitable[None]],
-    read: PodsReader = read_pods,
-    parse: Callable[[Mapping[str, Any]], InferenceService | None] = lambda body: parse_isvc(dict(body)),
-    idle: Callable[[float], Awaitable[object]] | None = None,
-) -> None:
-    """The fast path of one InferenceService until `stopped()` (`SurgeWatch`), a check every CHECK_SECONDS. With
-    nothing to read (no pod serves, or every ready pod is silent until its retry) it waits in `idle` (which returns
-    early when the pods may have moved) until the retry, instead of waking every CHECK_SECONDS to find the same."""
-    watch = SurgeWatch(cluster, lock, memory, current, reconcile, read, parse)
-    while not stopped():
-        seconds, nothing = await watch.check()
-        if nothing and idle is not None:
-            await idle(seconds)
-        else:
-            await sleep(min(seconds, CHECK_SECONDS))

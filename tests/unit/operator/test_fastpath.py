@@ -14,7 +14,7 @@ import pytest
 
 from tailtune.api.keys import APPLIED_ANNOTATION, TUNER_STATE_ANNOTATION
 from tailtune.api.v1alpha1 import InferenceService, ObjectMeta
-from tailtune.operator.fastpath import SILENT_RETRY_SECONDS, fast_check, read_pods, watch_surges
+from tailtune.operator.fastpath import SILENT_RETRY_SECONDS, SurgeWatch, fast_check, read_pods
 from tailtune.operator.inforce import tuner_state_annotation
 from tailtune.operator.observed import DeploymentObservation, Observed
 from tailtune.tuner.loop import FastPath
@@ -132,9 +132,9 @@ def test_tuning_off_turns_the_fast_path_off() -> None:
 
 
 def test_the_loop_reads_every_check_and_reconciles_after_a_scale_out() -> None:
-    """watch_surges: pods looked up once (the ready count does not change), read each check, the surge's check writes
-    and reconciles the fresh object; a pod that did not answer is not read again (caught: a loop that looks pods up,
-    or re-reads a dead pod, at every check)."""
+    """SurgeWatch, checked as the operator's schedule checks it: pods looked up once (the ready count does not
+    change), read each check, the surge's check writes and reconciles the fresh object; a pod that did not answer is
+    not read again (caught: a loop that looks pods up, or re-reads a dead pod, at every check)."""
     isvc = _isvc()
     raw = isvc.model_dump(mode="json", by_alias=True)
     observed = Observed(
@@ -152,7 +152,6 @@ def test_the_loop_reads_every_check_and_reconciles_after_a_scale_out() -> None:
             return raw
 
     asked: list[tuple[str, ...]] = []
-    checks = iter(range(3))
     reconciled: list[object] = []
 
     def read(ips: object, model: str, at: datetime) -> tuple[PodReading, ...]:
@@ -160,18 +159,15 @@ def test_the_loop_reads_every_check_and_reconciles_after_a_scale_out() -> None:
         k = len(asked) - 1
         return _reads(NOW + timedelta(seconds=6 * k), [0, 9_000, 18_000][k], [0, 3_000, 6_000][k])
 
-    async def sleep(_: float) -> None:
-        return None
-
     async def reconcile(obj: dict[str, object]) -> None:
         reconciled.append(obj)
 
+    async def three_checks(watch: SurgeWatch) -> list[tuple[float, bool]]:
+        return [await watch.check() for _ in range(3)]
+
     cluster = Cluster()
-    asyncio.run(
-        watch_surges(
-            cluster, asyncio.Lock(), None, lambda: raw, lambda: next(checks, None) is None, sleep, reconcile, read
-        )
-    )
+    nexts = asyncio.run(three_checks(SurgeWatch(cluster, asyncio.Lock(), None, lambda: raw, reconcile, read)))
+    assert all(not nothing for _, nothing in nexts)  # a pod answers: the next check comes on the check interval
     assert Cluster.observes == 1
     assert asked[0] == ("10.0.0.5", "10.0.0.6") and asked[1:] == [("10.0.0.5",), ("10.0.0.5",)]
     # (The fake object never takes the annotations: each surging check scales out from the one replica again.)
@@ -190,36 +186,18 @@ def test_with_every_pod_silent_the_loop_idles_until_the_retry() -> None:
         async def observe(self, isvc: InferenceService, job_name: str, **_: object) -> Observed:
             return observed
 
-    checks = iter(range(3))
-    slept: list[tuple[str, float]] = []
-
-    async def sleep(seconds: float) -> None:
-        slept.append(("check", seconds))
-
-    async def idle(seconds: float) -> None:
-        slept.append(("idle", seconds))
-
     def silent(ips: object, model: str, at: datetime) -> tuple[PodReading, ...]:
         return ()
 
     async def reconcile(raw: object) -> None:
         raise AssertionError("nothing to reconcile")
 
-    asyncio.run(
-        watch_surges(
-            Cluster(),
-            asyncio.Lock(),
-            None,
-            lambda: raw,
-            lambda: next(checks, None) is None,
-            sleep,
-            reconcile,
-            silent,
-            idle=idle,
-        )
-    )
+    async def three_checks(watch: SurgeWatch) -> list[tuple[float, bool]]:
+        return [await watch.check() for _ in range(3)]
+
+    nexts = asyncio.run(three_checks(SurgeWatch(Cluster(), asyncio.Lock(), None, lambda: raw, reconcile, silent)))
     # The read that found the pod silent is followed by the usual check interval; then nothing is left to read and
-    # the loop idles until the silent pod's retry, a minute after the first read (less the time the checks took).
-    assert slept[0][0] == "check"
-    assert [kind for kind, _ in slept[1:]] == ["idle", "idle"]
-    assert all(SILENT_RETRY_SECONDS - 5 < seconds <= SILENT_RETRY_SECONDS for _, seconds in slept[1:])
+    # the schedule may idle until the silent pod's retry, a minute after the first read (less the checks' time).
+    assert not nexts[0][1]
+    assert [nothing for _, nothing in nexts[1:]] == [True, True]
+    assert all(SILENT_RETRY_SECONDS - 5 < seconds <= SILENT_RETRY_SECONDS for seconds, _ in nexts[1:])
