@@ -492,6 +492,10 @@ def judged_hold(state: TunerState, applied: InForce, observation: Observation, r
     return hold(st, applied, read.problem, f"{read.message}; holding the config, never acting on it", missing=True)
 
 
+# The last reason each object's batch statistics were unavailable ("namespace/name" -> the error's text).
+_STATS_UNAVAILABLE: dict[str, str] = {}
+
+
 async def _live_batch_stats(
     isvc: InferenceService, cluster: TunerCluster, batch_stats: BatchStats | None
 ) -> tuple[BatchSample, ...]:
@@ -503,8 +507,13 @@ async def _live_batch_stats(
         ips = await cluster.ready_pod_ips(isvc)
         deltas = await asyncio.to_thread(batch_stats.read, [f"{ip}:{GRPC_PORT}" for ip in ips])
     except Exception as exc:  # statistics are a refinement: without them the build's curve stands
-        log.info("%s/%s: Triton batch statistics unavailable: %s", isvc.metadata.namespace, isvc.metadata.name, exc)
+        key, said = f"{isvc.metadata.namespace}/{isvc.metadata.name}", str(exc)
+        # Said once per object while the reason stays (at 1,000 objects a line per tick buried the log).
+        level = logging.DEBUG if _STATS_UNAVAILABLE.get(key) == said else logging.INFO
+        _STATS_UNAVAILABLE[key] = said
+        log.log(level, "%s: Triton batch statistics unavailable (the build's curve stands): %s", key, said)
         return ()
+    _STATS_UNAVAILABLE.pop(f"{isvc.metadata.namespace}/{isvc.metadata.name}", None)
     return tuple(BatchSample(batch=b, count=n, ms=ms) for b, n, ms in deltas if n > 0 and ms > 0)
 
 

@@ -250,3 +250,34 @@ def test_a_tick_records_targets_breakdown_and_batches_and_exports_them() -> None
     )  # fmt: skip
     assert sample == 95.0
     metrics.forget_inference_service(isvc.metadata.namespace, isvc.metadata.name)
+
+
+def test_unavailable_batch_statistics_are_said_once_per_reason(caplog: pytest.LogCaptureFixture) -> None:
+    """Caught: a line per tick per object while Triton's statistics could not be read (at 1,000 objects on kwok
+    pods, which run no Triton, most of the operator's log). Said again when the reason changes or after a read."""
+    import logging
+
+    class Failing:
+        reason = "connection refused"
+
+        def read(self, addresses: list[str]) -> tuple[tuple[int, int, float], ...]:
+            raise ConnectionError(self.reason)
+
+    isvc, failing = isvc_with(), Failing()
+
+    def tick(stats: Any) -> None:
+        asyncio.run(tune_step(isvc, Recorder(), _read(10.0, ((50, 6.0), (99.9, 9.0))), NOW, batch_stats=stats))
+
+    def said() -> int:
+        return sum("batch statistics unavailable" in r.getMessage() for r in caplog.records if r.levelno >= 20)
+
+    with caplog.at_level(logging.INFO, logger="tailtune.operator.tuning"):
+        tick(failing)
+        tick(failing)
+        assert said() == 1
+        failing.reason = "deadline exceeded"
+        tick(failing)
+        assert said() == 2
+        tick(FakeStats())
+        tick(failing)
+        assert said() == 3
