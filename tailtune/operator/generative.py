@@ -12,10 +12,14 @@ One tick (`generative_tick`, from the tuner daemon in place of the batching tune
 - its lever change (KV share, queue size, chunked prefill, scheduler policy: the tensorrt_llm settings Triton reads
   at model load) is a reload. In hot mode it goes through the batching tuner's canary (`rollout`, carrying the
   settings): one pod reloaded with the tensorrt_llm config `modelconfig.model_config_json` renders from them, judged
-  after a window on its reload and readiness (no per-pod TTFT/TPOT is read yet), then the other pods one at a time,
-  or rolled back. The settings go in force (`InForce.llm`, rendered into the ConfigMap by reconcile) when the canary
-  is promoted; an Event at the start and at the end; `status.generative.serving`/`servingReason` say what is in
-  force and why, `status.rollout.llm` what the canary runs. In rolling mode the change goes in force at once and
+  after a window (the spec's) on its reload, its readiness and its own TTFT and TPOT percentiles
+  (`prom.read_pod_generative`: `histogram_quantile` over that pod's buckets; `rollout.judge_llm_canary`), then the
+  other pods one at a time, or rolled back (a Warning Event CanaryRejected naming the figure; the law remembers the
+  levers as rejected at that demand, `tuner.generative.remember_rejected`). A window with too few requests to judge
+  waits (an Event says so), and is rolled back, unjudged, two windows after the reload. The settings go in force
+  (`InForce.llm`, rendered into the ConfigMap by reconcile) when the canary is promoted; an Event at the start and at
+  the end; `status.generative.serving`/`servingReason` say what is in force and why, `status.rollout.llm` what the
+  canary runs. In rolling mode the change goes in force at once and
   reconcile rolls the pods. Either way the law's own guards bound it: the cooldown after any change and the reload
   budget, which counts the reloads kept on the config in force (`InForce.llm_reloads`), so a restart keeps it.
 
@@ -49,6 +53,7 @@ from tailtune.operator.rollout import (
     CANARY_PROMOTED,
     CANARY_REJECTED,
     CANARY_STARTED,
+    CANARY_WAITING,
     PodObservation,
     RolloutPolicy,
     RolloutState,
@@ -58,7 +63,6 @@ from tailtune.operator.rollout import (
     describe_llm,
     pod_observation,
     reload_fits,
-    rollout_window,
     start_rollout,
 )
 from tailtune.operator.status import (
@@ -77,6 +81,7 @@ from tailtune.tuner import prom
 from tailtune.tuner.generative import (
     HOLD,
     LEVERS_CHANGED,
+    MIN_REQUESTS,
     RELOAD_BUDGET_SECONDS,
     GenDecision,
     GenInForce,
@@ -86,6 +91,7 @@ from tailtune.tuner.generative import (
     GenState,
     decide_generative,
     levers_of,
+    remember_rejected,
     serving_with,
 )
 from tailtune.tuner.types import InForce
@@ -125,6 +131,8 @@ class GenTickState(Protocol):
 _memory: dict[str, GenState] = {}
 # The last spec problem told as an Event per object (told once, not every tick).
 _told: dict[str, str] = {}
+# The canary told as waiting for enough requests to judge, per object (told once per canary, not every tick).
+_told_waiting: dict[str, str] = {}
 
 
 def is_generative(isvc: InferenceService) -> bool:
@@ -325,6 +333,7 @@ def forget(uid: str | None) -> None:
     if uid:
         _memory.pop(uid, None)
         _told.pop(uid, None)
+        _told_waiting.pop(uid, None)
 
 
 # -------------------------------------------------------------------------------------------------------- tick
@@ -365,8 +374,8 @@ async def generative_tick(
             if not isvc.spec.tuning.enabled:
                 return interval
             if sig is None or ready_replicas(isvc, sig) < 1:
-                # No window to decide on; a lever rollout in flight still goes on (it is judged on the pods' reload
-                # and readiness, not on Prometheus), so pods are never left split between settings for want of a read.
+                # No window to decide on; a lever rollout in flight still goes on (its per-pod read is its own: without
+                # one the canary waits, then is rolled back unjudged), so pods are never left split for want of a read.
                 decision = held(isvc, "no window to decide on")
             else:
                 try:
@@ -517,8 +526,13 @@ async def _levers(
     # The record is written when it moved (a canary waiting its window writes nothing), and cleared when it ended.
     moved = step.state is None or record != meta.annotations.get(ROLLOUT_ANNOTATION, "")
     annotations = {ROLLOUT_ANNOTATION: record} if moved else {}
+    assert rollout.llm_target is not None
+    if step.code == CANARY_WAITING and step.unjudged:
+        told = f"{rollout.canary} {rollout.started.isoformat()}"
+        if _told_waiting.get(meta.uid) != told:
+            _told_waiting[meta.uid] = told
+            await cluster.emit_event(meta, "Normal", CANARY_WAITING, step.message)
     if step.outcome == "promoted":
-        assert rollout.llm_target is not None
         reason = f"{rollout.reason}; {step.message}"
         await cluster.emit_event(meta, "Normal", CANARY_PROMOTED, step.message)
         new = new.model_copy(update={"llm": rollout.llm_target, "llm_reason": reason, "changed_at": now})
@@ -526,6 +540,9 @@ async def _levers(
         await cluster.emit_event(meta, "Warning", CANARY_REJECTED, step.message)
         reason = f"{describe_llm(current)} stays: {step.message}"
         new = new.model_copy(update={"llm_reason": reason, "changed_at": now})
+        if not step.unjudged:  # judged bad (its figures, a refused reload, a readiness drop): not proposed again here
+            state = _memory.get(meta.uid, GenState())
+            _memory[meta.uid] = remember_rejected(state, levers_of(rollout.llm_target), now.timestamp())
     return new, annotations
 
 
@@ -533,16 +550,11 @@ async def _advance(
     cluster: GenCluster, isvc: InferenceService, rollout: RolloutState, new: InForce, now: datetime
 ) -> RolloutStep:
     """Run the rollout to its next resting point: reloads with the tensorrt_llm config, each pod observed through
-    Triton (readiness, the live settings); the record is kept on the object before each reload."""
+    Triton (readiness, the live settings) and Prometheus (its own TTFT/TPOT over the canary's window); the record is
+    kept on the object before each reload."""
     ips = await cluster.ready_pod_ips(isvc)
-    window = rollout_window(float(isvc.spec.slo.window_seconds)).total_seconds()
-    ttft = isvc.spec.slo.ttft
-    # No per-pod TTFT/TPOT is read: the canary is judged on its reload and its readiness over its window.
-    policy = RolloutPolicy(
-        slo_ms=ttft.target_ms if ttft is not None else isvc.spec.slo.latency_ms,
-        window_seconds=window,
-        latency_required=False,
-    )
+    policy = canary_policy(isvc)
+    window = policy.window_seconds
     loop = asyncio.get_running_loop()
     model = isvc.model_name
     kept = in_force_annotation(new) if new != config_in_force(isvc) else {}
@@ -557,9 +569,41 @@ async def _advance(
     def reload_llm(ip: str, llm: LlmServing) -> str:
         return reload_llm_pod(isvc, ip, llm)
 
-    return await asyncio.to_thread(
-        advance_rollout, rollout, lambda: observe_llm_pods(ips, model), reload, policy, now, keep, None, reload_llm
+    def observe() -> dict[str, PodObservation]:  # each pod's own window, read as the pods are observed
+        return observe_llm_pods(ips, model, read_pod_tokens(isvc, window, datetime.now(UTC)))
+
+    return await asyncio.to_thread(advance_rollout, rollout, observe, reload, policy, now, keep, None, reload_llm)
+
+
+def canary_policy(isvc: InferenceService) -> RolloutPolicy:
+    """How a generative canary is judged: its own TTFT and TPOT at the spec's percentiles against the spec's targets,
+    over the spec's window (the histograms' quantile is exact over any window: no 60 s summary to wait for), on at
+    least the law's MIN_REQUESTS requests. Pure."""
+    ttft, tpot = isvc.spec.slo.ttft, isvc.spec.slo.tpot
+    assert ttft is not None and tpot is not None  # the API refuses a generative spec without them
+    return RolloutPolicy(
+        slo_ms=ttft.target_ms,
+        window_seconds=float(isvc.spec.slo.window_seconds),
+        min_samples=MIN_REQUESTS,
+        tpot_slo_ms=tpot.target_ms,
+        percentile=ttft.percentile,
+        tpot_percentile=tpot.percentile,
     )
+
+
+def read_pod_tokens(isvc: InferenceService, window_seconds: float, now: datetime) -> dict[str, prom.PodTokenWindow]:
+    """Each pod's own TTFT/TPOT over the window ending `now`, keyed by pod IP; empty when Prometheus cannot answer
+    (the canary then waits for a read, and is rolled back unjudged after two windows). Blocking."""
+    spec = isvc.spec
+    ttft, tpot = spec.slo.ttft, spec.slo.tpot
+    assert ttft is not None and tpot is not None
+    client = prom.HttpPromClient(spec.metrics.prometheus_url, spec.metrics.timeout_seconds)
+    target = prom.Target(namespace=isvc.metadata.namespace, name=isvc.metadata.name, model=isvc.model_name)
+    try:
+        return prom.read_pod_generative(client.query, target, ttft.percentile, tpot.percentile, window_seconds, now)
+    except prom.PrometheusUnavailable as exc:
+        log.warning("%s/%s per-pod TTFT/TPOT unread: %s", isvc.metadata.namespace, isvc.metadata.name, exc)
+        return {}
 
 
 def live_llm(url: str, model: str) -> LlmServing | None:
@@ -570,13 +614,18 @@ def live_llm(url: str, model: str) -> LlmServing | None:
         return None
 
 
-def observe_llm_pods(ready_ips: tuple[str, ...], model: str) -> dict[str, PodObservation]:
-    """Per ready pod: the model's readiness and its live tensorrt_llm settings, from Triton. Reads only."""
+def observe_llm_pods(
+    ready_ips: tuple[str, ...], model: str, tokens: Mapping[str, prom.PodTokenWindow] | None = None
+) -> dict[str, PodObservation]:
+    """Per ready pod: the model's readiness and its live tensorrt_llm settings, from Triton, and its own TTFT/TPOT
+    window (`tokens`, by pod IP; a pod without one has no figure). Reads only."""
     pods: dict[str, PodObservation] = {}
     for ip in ready_ips:
         url = f"{ip}:{GRPC_PORT}"
         ready = is_model_ready(url, model)
-        pods[ip] = pod_observation(ready, None, None, 0.0, llm=live_llm(url, model) if ready else None)
+        live = live_llm(url, model) if ready else None
+        window = (tokens or {}).get(ip, prom.PodTokenWindow())
+        pods[ip] = pod_observation(ready, None, None, 0.0, llm=live, tokens=window)
     return pods
 
 

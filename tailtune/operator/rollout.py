@@ -14,13 +14,19 @@ readiness drop each reject it (rolled back on that pod); otherwise the rest are 
 at a time, each batch waited for. A canary that cannot be judged within two windows is rolled back, so
 pods never stay split between configs for longer than that, restart or not. A restart between the canary's
 reload and the record's update counts the window from the record's start (kept just before that reload).
+
+A generative rollout (tensorrt_llm settings) is judged the same way on the canary's own TTFT and TPOT over its window
+(`judge_llm_canary`, each pod's read `tuner.prom.read_pod_generative`): over a target, or worse than the other pods
+past the noise their sample sizes allow (`quantile_relative_error`, `CANARY_NOISE_Z`), rejects it; too few requests
+in its window waits, and rolls back after two windows saying so (`unjudged`: its settings are not known bad).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
@@ -29,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from tailtune.api.keys import ROLLOUT_ANNOTATION
 from tailtune.api.v1alpha1 import Batching, LlmServing
 from tailtune.triton.config import batching_equivalent
-from tailtune.tuner.prom import PodWindow
+from tailtune.tuner.prom import PodTokenWindow, PodWindow
 from tailtune.tuner.types import judged_window_seconds
 
 # Reason codes (Events, the tuner's last decision).
@@ -62,6 +68,9 @@ class RolloutState(BaseModel):
     # stays as it is; a pod runs the target when its live settings equal `llm_target`).
     llm_target: LlmServing | None = None
     llm_previous: LlmServing | None = None
+    # Rolled back for want of a reading (too few requests, no read within two windows), not on one: the settings
+    # tried are not known bad (a generative tuner does not remember them as rejected).
+    unjudged: bool = False
 
     def reloads_to(self, stage: Stage) -> tuple[Batching, LlmServing | None]:
         """The config a pod is reloaded with at `stage`: the previous one when rolling back, else the target."""
@@ -75,6 +84,8 @@ class RolloutState(BaseModel):
         for key in ("llm_target", "llm_previous"):
             if doc[key] is None:
                 doc.pop(key)
+        if not doc["unjudged"]:
+            doc.pop("unjudged")
         return {ROLLOUT_ANNOTATION: json.dumps(doc, sort_keys=True)}
 
     @classmethod
@@ -91,7 +102,8 @@ class RolloutState(BaseModel):
 
 @dataclass(frozen=True)
 class PodObservation:
-    """One pod now: readiness, the batching Triton reports (None: unknown), its own window of latency."""
+    """One pod now: readiness, the batching Triton reports (None: unknown), its own window of latency (a generative
+    model's: `p_ms` and `samples` are its TTFT's, `tpot_ms` and `tpot_samples` its TPOT's)."""
 
     ready: bool
     batching: Batching | None = None
@@ -100,6 +112,8 @@ class PodObservation:
     samples: int | None = None
     reload_error: str = ""  # set by the driver when the reload it was told to do failed
     llm: LlmServing | None = None  # the tensorrt_llm settings Triton reports live (a generative model; None: unknown)
+    tpot_ms: float | None = None
+    tpot_samples: int | None = None
 
 
 class PodReader(Protocol):
@@ -114,12 +128,24 @@ def pod_observation(
     window: PodWindow | None,
     window_seconds: float,
     llm: LlmServing | None = None,
+    tokens: PodTokenWindow | None = None,
 ) -> PodObservation:
     """One pod's observation from Triton's word (readiness, live batching or tensorrt_llm settings) and its
-    Prometheus window."""
+    Prometheus window (a generative model's: `tokens`, its own TTFT/TPOT; a quantile above every bucket is +inf)."""
+    if tokens is not None:
+        ttft = math.inf if tokens.above_range_ttft else tokens.ttft_ms
+        tpot = math.inf if tokens.above_range_tpot else tokens.tpot_ms
+        return PodObservation(
+            ready, live, ttft, None, _count(tokens.ttft_requests), llm=llm, tpot_ms=tpot,
+            tpot_samples=_count(tokens.tpot_requests),
+        )  # fmt: skip
     w = window or PodWindow()
     samples = None if w.success_rps is None else round(w.success_rps * window_seconds)
     return PodObservation(ready, live, w.p_ms, w.error_rate, samples, llm=llm)
+
+
+def _count(requests: float | None) -> int | None:
+    return None if requests is None else round(requests)
 
 
 def runs_target(state: RolloutState, pod: PodObservation) -> bool:
@@ -152,6 +178,11 @@ class RolloutPolicy:
     max_unavailable: int = 1
     # False when no per-pod latency can be read: the canary is then judged on its reload and readiness.
     latency_required: bool = True
+    # A generative rollout: `slo_ms` is the TTFT target at `percentile`, this the TPOT target at `tpot_percentile`;
+    # the canary is then judged by `judge_llm_canary` (None: a batching rollout, `judge_canary`).
+    tpot_slo_ms: float | None = None
+    percentile: float = 99.0
+    tpot_percentile: float = 99.0
 
     @property
     def margin_floor_ms(self) -> float:
@@ -169,6 +200,8 @@ class RolloutStep:
     code: str
     message: str
     outcome: Literal["", "promoted", "rejected"] = ""
+    # The canary's window ended without a reading to judge it on (waiting for one, or rolled back for want of it).
+    unjudged: bool = False
 
 
 def start_rollout(
@@ -226,12 +259,22 @@ def decide_rollout(
     if waited < policy.window_seconds:
         left = policy.window_seconds - waited
         return RolloutStep((), state, CANARY_WAITING, f"canary {state.canary}: {left:.0f} s of its window left")
-    verdict = judge_canary(state, pods, policy)
-    if verdict is None:
-        if waited >= 2 * policy.window_seconds:
-            return _roll_back(state, pods, f"no latency of the canary {state.canary} within two windows")
-        return RolloutStep((), state, CANARY_WAITING, f"canary {state.canary}: waiting for its latency")
-    bad, why = verdict
+    if state.llm_target is not None and policy.tpot_slo_ms is not None:
+        bad, why = judge_llm_canary(state, pods, policy)
+        if bad is None:
+            if waited >= 2 * policy.window_seconds:
+                unjudged = state.model_copy(update={"unjudged": True})
+                return _roll_back(unjudged, pods, f"canary {state.canary} not judged within two windows: {why}")
+            message = f"canary {state.canary}: {why}; waiting (rolled back if still so two windows after its reload)"
+            return RolloutStep((), state, CANARY_WAITING, message, unjudged=True)
+    else:
+        verdict = judge_canary(state, pods, policy)
+        if verdict is None:
+            if waited >= 2 * policy.window_seconds:
+                unjudged = state.model_copy(update={"unjudged": True})
+                return _roll_back(unjudged, pods, f"no latency of the canary {state.canary} within two windows")
+            return RolloutStep((), state, CANARY_WAITING, f"canary {state.canary}: waiting for its latency")
+        bad, why = verdict
     if bad:
         return _roll_back(state, pods, why)
     return _promote(state.model_copy(update={"stage": "promoting", "verdict": why}), pods, policy)
@@ -264,6 +307,90 @@ def judge_canary(
     return False, f"canary {state.canary} P99 {canary.p_ms:.1f} ms within the SLO and the other pods"
 
 
+# How far past the other pods' figure the canary's may read before it is worse, in standard errors of the difference
+# of two sample percentiles: one-sided 95 % (the normal's 1.645), so a canary no worse than the rest is rejected for
+# the noise of its window once in twenty judged windows at most.
+CANARY_NOISE_Z = 1.645
+
+
+def quantile_relative_error(percentile: float, samples: int) -> float:
+    """Relative standard error of a sample percentile of `samples` requests, under an exponential tail (the law's
+    model of a wait, `tuner.generative.predict`). A sample p-quantile's standard error is sqrt(p (1 - p) / n) / f(x_p)
+    (asymptotic order statistics); an exponential of rate l has f(x_p) = l (1 - p) and x_p = ln(1 / (1 - p)) / l, so
+    relative to x_p it is sqrt(p / (n (1 - p))) / ln(1 / (1 - p)): at P99, 0.48 on 20 requests, 0.22 on 100, 0.07 on
+    1000. Pure."""
+    p = min(percentile / 100, 1 - 1e-9)
+    return math.sqrt(p / (max(1, samples) * (1 - p))) / math.log(1 / (1 - p))
+
+
+def noise_margin(percentile: float, canary_samples: int, other_samples: int) -> float:
+    """The share by which two pods' percentiles over their windows may differ by noise alone: CANARY_NOISE_Z standard
+    errors of their difference (the two windows' errors add in quadrature). Pure."""
+    a, b = quantile_relative_error(percentile, canary_samples), quantile_relative_error(percentile, other_samples)
+    return CANARY_NOISE_Z * math.sqrt(a * a + b * b)
+
+
+def judge_llm_canary(
+    state: RolloutState, pods: Mapping[str, PodObservation], policy: RolloutPolicy
+) -> tuple[bool | None, str]:
+    """(worse, why) for a generative canary after its window, on its own TTFT and TPOT percentiles; worse None (with
+    why) while its window holds too few requests to judge (fewer than `policy.min_samples` behind either figure).
+
+    Worse where a figure is over its target, unless every other pod (on the settings in force) is over it too and the
+    canary's is below each of theirs past the noise (the change helps: rejecting it keeps what is worse); or where a
+    figure is above every other pod's past the noise their sample sizes allow (`noise_margin`). Other pods with too
+    few requests are not compared. Pure."""
+    assert policy.tpot_slo_ms is not None
+    canary = pods[state.canary]
+    figures: tuple[tuple[str, float, float, Callable[[PodObservation], tuple[float | None, int | None]]], ...] = (
+        ("TTFT", policy.percentile, policy.slo_ms, _ttft),
+        ("TPOT", policy.tpot_percentile, policy.tpot_slo_ms, _tpot),
+    )
+    for name, _, _, get in figures:
+        ms, n = get(canary)
+        if ms is None or n is None:
+            return None, f"no {name} read for the canary's window"
+        if n < policy.min_samples:
+            return None, f"{n} requests with a {name} in the canary's window, {policy.min_samples} needed to judge it"
+    shown: list[str] = []
+    for name, pct, target, get in figures:
+        ms, n = get(canary)
+        assert ms is not None and n is not None
+        figure = f"{name} P{pct:g} {ms:.1f} ms"
+        others = [
+            (ip, o_ms, noise_margin(pct, n, o_n))
+            for ip, p in sorted(pods.items())
+            if ip != state.canary and p.ready
+            for o_ms, o_n in (get(p),)
+            if o_ms is not None and o_n is not None and o_n >= policy.min_samples
+        ]
+        if ms > target:
+            helps = bool(others) and all(ms * (1 + m) < o_ms for _, o_ms, m in others)
+            if not helps:
+                return True, f"canary {state.canary} {figure} over the target {target:g} ms ({n} requests)"
+            best = min(o_ms for _, o_ms, _ in others)
+            shown.append(f"{figure} over the target {target:g} ms but below every other pod's (best {best:.1f} ms)")
+            continue
+        if others:
+            ip, o_ms, m = max(others, key=lambda o: o[1] * (1 + o[2]))
+            bound = o_ms * (1 + m)
+            if ms > bound:
+                return True, (
+                    f"canary {state.canary} {figure} worse than the other pods' (pod {ip} {o_ms:.1f} ms) past the "
+                    f"noise of its {n} requests (bound {bound:.1f} ms)"
+                )
+        shown.append(f"{figure} <= {target:g} ms")
+    return False, f"canary {state.canary} on its own window: {', '.join(shown)}"
+
+
+def _ttft(p: PodObservation) -> tuple[float | None, int | None]:
+    return p.p_ms, p.samples
+
+
+def _tpot(p: PodObservation) -> tuple[float | None, int | None]:
+    return p.tpot_ms, p.tpot_samples
+
+
 def _promote(state: RolloutState, pods: Mapping[str, PodObservation], policy: RolloutPolicy) -> RolloutStep:
     failed = {ip: p.reload_error for ip, p in pods.items() if p.reload_error}
     if failed:
@@ -280,8 +407,10 @@ def _roll_back(state: RolloutState, pods: Mapping[str, PodObservation], why: str
     back = state.model_copy(update={"stage": "rolling-back", "verdict": why})
     todo = sorted(ip for ip, p in pods.items() if p.ready and runs_target(state, p) and not p.reload_error)
     if not todo:
-        return RolloutStep((), None, CANARY_REJECTED, f"{describe(state)} rejected: {why}", "rejected")
-    return RolloutStep(tuple((ip, state.previous) for ip in todo), back, ROLLING_BACK, f"rolling back: {why}")
+        message = f"{describe(state)} rejected: {why}"
+        return RolloutStep((), None, CANARY_REJECTED, message, "rejected", unjudged=state.unjudged)
+    message = f"rolling back: {why}"
+    return RolloutStep(tuple((ip, state.previous) for ip in todo), back, ROLLING_BACK, message, unjudged=state.unjudged)
 
 
 def advance_rollout(
@@ -325,15 +454,14 @@ def advance_rollout(
         if current.stage == "rolling-back" and errors:
             # A rollback Triton refuses leaves the old model serving on that pod only if it never took the
             # target; otherwise the pod is restarted by the caller (reconcile rolls it). End the rollout here.
-            return RolloutStep(
-                (), None, CANARY_REJECTED, f"{current.verdict}; rollback failed on {sorted(errors)}", "rejected"
-            )
+            message = f"{current.verdict}; rollback failed on {sorted(errors)}"
+            return RolloutStep((), None, CANARY_REJECTED, message, "rejected", unjudged=current.unjudged)
         step = decide_rollout(current, pods, policy, now)
     return step
 
 
 def _with_error(p: PodObservation, err: str) -> PodObservation:
-    return PodObservation(p.ready, p.batching, p.p_ms, p.error_rate, p.samples, err, p.llm)
+    return replace(p, reload_error=err)
 
 
 def describe(state: RolloutState) -> str:

@@ -12,6 +12,7 @@ operator, trace seconds in the simulator).
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field, replace
 
 from tailtune.api.v1alpha1 import InferenceServiceSpec, LlmServing
@@ -83,6 +84,20 @@ class GenState:
     ttft_scale: float = 1.0
     tpot_scale: float = 1.0
     last_window_end: float | None = None
+    # The last window's demand (arrivals, no backlog): the demand a canary judged now was judged at.
+    load: Load | None = None
+    # Lever settings whose canary was rejected, at the demand it was judged at (`remember_rejected`): not proposed
+    # again at that demand within REJECTION_MEMORY_SECONDS.
+    rejected: tuple[Rejection, ...] = ()
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Levers a canary was rejected on, the demand of its window and when (the caller's clock)."""
+
+    levers: GenLevers
+    load: Load
+    at: float
 
 
 class GenPolicyError(ValueError):
@@ -155,6 +170,14 @@ SCALE_IN_MOST_SHARE = 0.5
 HPA_SCALE_IN_STABILIZATION_SECONDS = 300.0
 # The fewest finished requests in a window for its percentiles to be read (below, a P99 is a maximum of a few).
 MIN_REQUESTS = 20
+# Two demands are one ("that demand", for a rejected canary's levers) while their request rates and mean prompt
+# lengths are each within this share of one another: a window's rate from MIN_REQUESTS requests is known to
+# 1 / sqrt(20) = 22 % (Poisson), so a nearer demand is not told apart from it; the demo's step (1.5 -> 4 req/s,
+# 256 -> 1024-token prompts) is well past it.
+SAME_DEMAND_SHARE = 0.25
+# How long a rejected canary's levers stay out of the law's proposals: the reload budget's hour (a change the budget
+# would allow again is worth a new canary once the hour has moved on).
+REJECTION_MEMORY_SECONDS = 3600.0
 
 
 @dataclass(frozen=True)
@@ -481,15 +504,56 @@ def scale_in_target(
     return min(current, target), bound
 
 
+def same_demand(a: Load, b: Load) -> bool:
+    """Whether two windows' demands are one: rates and mean prompt lengths within SAME_DEMAND_SHARE. Pure."""
+
+    def near(x: float, y: float) -> bool:
+        return abs(x - y) <= SAME_DEMAND_SHARE * max(x, y)
+
+    return near(a.rate, b.rate) and near(a.prompt_mean, b.prompt_mean)
+
+
+def remember_rejected(state: GenState, levers: GenLevers, now: float) -> GenState:
+    """`state` with `levers` remembered as rejected by their canary at the last window's demand (`state.load`;
+    nothing remembered without one), older rejections past REJECTION_MEMORY_SECONDS dropped. Pure."""
+    kept = tuple(r for r in state.rejected if now - r.at < REJECTION_MEMORY_SECONDS and r.levers != levers)
+    if state.load is None:
+        return replace(state, rejected=kept)
+    return replace(state, rejected=(*kept, Rejection(levers, state.load, now)))
+
+
+def rejected_at(state: GenState, load: Load | None, now: float) -> frozenset[GenLevers]:
+    """The levers whose canary was rejected at this demand within REJECTION_MEMORY_SECONDS. Pure."""
+    if load is None:
+        return frozenset()
+    return frozenset(
+        r.levers for r in state.rejected if now - r.at < REJECTION_MEMORY_SECONDS and same_demand(r.load, load)
+    )
+
+
 def lever_change(
-    policy: GenPolicy, levers: GenLevers, load: Load, replicas: int, state: GenState, obs: GenObservation
+    policy: GenPolicy,
+    levers: GenLevers,
+    load: Load,
+    replicas: int,
+    state: GenState,
+    obs: GenObservation,
+    avoid: Collection[GenLevers] = (),
 ) -> tuple[GenLevers, str] | None:
+    """The first of `lever_candidates` not in `avoid` (levers a canary was rejected on at this demand), or None."""
+    return next((c for c in lever_candidates(policy, levers, load, replicas, state, obs) if c[0] not in avoid), None)
+
+
+def lever_candidates(
+    policy: GenPolicy, levers: GenLevers, load: Load, replicas: int, state: GenState, obs: GenObservation
+) -> Iterator[tuple[GenLevers, str]]:
     """At the replica bound, where replicas alone do not hold the aim: one lever change (one reload) for the target the
-    window measured over (TPOT first), and why; None where none helps. TTFT binding: max_utilization (more sequences
+    window measured over (TPOT first), and why; none where none helps. TTFT binding: max_utilization (more sequences
     admitted at once) where TPOT keeps its aim there, else chunked prefill (a prompt starts in an iteration's
     leftover token budget), else a larger KV share, else a bounded queue (a request that would wait past the target
     is refused at once rather than delaying those behind it). TPOT binding: back to guaranteed_no_evict, else a
-    smaller KV share that caps the running sequences where the step holds the aim."""
+    smaller KV share that caps the running sequences where the step holds the aim. Yielded in that order of
+    preference, each one change from `levers`."""
     _, _, p = predicted_ms(policy, levers, load, replicas, state)
     # Which target binds is what the window measured (the model then sizes the lever).
     tpot_binds = obs.tpot_ms is not None and obs.tpot_ms > policy.tpot_target_ms
@@ -497,7 +561,7 @@ def lever_change(
     one = per_replica(load, replicas)
     if tpot_binds:
         if levers.batch_scheduler_policy == "max_utilization":
-            return replace(levers, batch_scheduler_policy="guaranteed_no_evict"), "TPOT binds: guaranteed_no_evict"
+            yield replace(levers, batch_scheduler_policy="guaranteed_no_evict"), "TPOT binds: guaranteed_no_evict"
         # The running sequences whose step holds the TPOT aim, and the KV share that admits no more.
         ctx = one.prompt_mean + one.output_mean / 2
         e = policy.engine
@@ -506,29 +570,29 @@ def lever_change(
         per_seq = one.prompt_mean + one.output_mean + e.tokens_per_block / 2
         frac = max(policy.kv_fraction_min, cap * per_seq / e.kv_tokens_at_full_fraction)
         if frac < levers.kv_cache_free_gpu_mem_fraction - 0.01:
-            return replace(levers, kv_cache_free_gpu_mem_fraction=round(frac, 2)), (
-                f"TPOT binds: KV share {frac:.2f} caps the running sequences near {max(cap, 1):.0f}"
+            yield (
+                replace(levers, kv_cache_free_gpu_mem_fraction=round(frac, 2)),
+                f"TPOT binds: KV share {frac:.2f} caps the running sequences near {max(cap, 1):.0f}",
             )
-        return None
+        return
     if not ttft_binds:
         if levers.max_queue_size:
-            return replace(levers, max_queue_size=0), "the targets hold: the queue is unbounded again"
-        return None
+            yield replace(levers, max_queue_size=0), "the targets hold: the queue is unbounded again"
+        return
     if levers.batch_scheduler_policy == "guaranteed_no_evict":
         packed = replace(levers, batch_scheduler_policy="max_utilization")
         _, tpot_packed, pp = predicted_ms(policy, packed, load, replicas, state)
         if tpot_packed <= aims_ms(policy, load, state)[1] and pp.slots > p.slots:
-            return packed, "TTFT binds and TPOT has room: max_utilization admits more sequences"
+            yield packed, "TTFT binds and TPOT has room: max_utilization admits more sequences"
     if not levers.enable_chunked_context:
-        return replace(levers, enable_chunked_context=True), "TTFT binds: chunked prefill"
+        yield replace(levers, enable_chunked_context=True), "TTFT binds: chunked prefill"
     if levers.kv_cache_free_gpu_mem_fraction < policy.kv_fraction_max - 0.01:
-        return replace(levers, kv_cache_free_gpu_mem_fraction=policy.kv_fraction_max), "TTFT binds: the most KV"
+        yield replace(levers, kv_cache_free_gpu_mem_fraction=policy.kv_fraction_max), "TTFT binds: the most KV"
     if p.saturated and not levers.max_queue_size and not math.isinf(p.tpot_s):
         # The requests a replica's slots start within the TTFT target: a later place in the queue misses it.
         life = one.output_mean * p.tpot_s
         size = max(1, math.floor(p.slots * (policy.ttft_target_ms / 1000) / max(life, 1e-9)))
-        return replace(levers, max_queue_size=size), f"overloaded: a queue of {size} a replica refuses the rest"
-    return None
+        yield replace(levers, max_queue_size=size), f"overloaded: a queue of {size} a replica refuses the rest"
 
 
 def _fmt(ms: float | None) -> str:
@@ -556,6 +620,7 @@ def decide_generative(
     if state.last_window_end is not None and obs.window_end <= state.last_window_end:
         return out(cur, levers, HOLD, "no new window since the last decision", state, "stale-window")
     st = replace(calibrate(state, obs, policy, levers), last_window_end=obs.window_end)
+    st = replace(st, load=load_of(obs, policy, False) or st.load)
     seen = f"TTFT {_fmt(obs.ttft_ms)} / {policy.ttft_target_ms:.0f}"
     seen += f", TPOT {_fmt(obs.tpot_ms)} / {policy.tpot_target_ms:.0f}"
     enough = obs.requests >= policy.min_requests
@@ -617,7 +682,11 @@ def decide_generative(
     if policy.tune_levers and load is not None and over and cur >= policy.replicas_max:
         if cooling(in_force, policy, now):
             return out(cur, levers, COOLDOWN, f"{why}: short at the most replicas; cooling down", st, "cooldown")
-        change = lever_change(policy, levers, load, cur, st, obs)
+        avoid = rejected_at(st, st.load, now)
+        change = lever_change(policy, levers, load, cur, st, obs, avoid)
+        if change is None and avoid:
+            msg = f"{why}: the lever changes left were rejected by their canary at this demand"
+            return out(cur, levers, INFEASIBLE, msg, st, "canary-rejected")
         if change is not None:
             if reloads_left(in_force, policy, now) < 1:
                 return out(

@@ -635,16 +635,28 @@ def read_pod_windows(
     """Each pod's own window ending at `at`, keyed by pod IP (the host of the scrape `instance`).
 
     `query(promql, at)` runs one instant query and returns its result vector. Read only."""
-    fields: dict[str, dict[str, float | None]] = {}
-    for name, promql in pod_queries(target, percentile, window_seconds, histogram=histogram, selector=selector).items():
+    queries = pod_queries(target, percentile, window_seconds, histogram=histogram, selector=selector)
+    fields = _by_pod(query, queries, at)
+    return {
+        ip: PodWindow(**{k: v if math.isfinite(v) else None for k, v in values.items()})
+        for ip, values in fields.items()
+    }
+
+
+def _by_pod(
+    query: Callable[[str, datetime], list[dict[str, Any]]], queries: Mapping[str, str], at: datetime
+) -> dict[str, dict[str, float]]:
+    """The answers of per-pod queries (one series per scrape `instance`), keyed by pod IP (the instance's host) and
+    then by the query's name; values as Prometheus gave them (NaN and +Inf included)."""
+    fields: dict[str, dict[str, float]] = {}
+    for name, promql in queries.items():
         for series in query(promql, at):
             instance = str(series.get("metric", {}).get("instance", ""))
             if not instance:
                 continue
             ip = instance.rsplit(":", 1)[0] if instance.count(":") == 1 else instance
-            value = float(series["value"][1])
-            fields.setdefault(ip, {})[name] = value if math.isfinite(value) else None
-    return {ip: PodWindow(**values) for ip, values in fields.items()}
+            fields.setdefault(ip, {})[name] = float(series["value"][1])
+    return fields
 
 
 # ------------------------------------------------------------------------------------------- generative services
@@ -688,6 +700,14 @@ class GenerativeSignal:
     above_range_tpot: bool = False
 
 
+def token_quantile(histogram: str, percentile: float, selector: str, window: str, *by: str) -> str:
+    """`histogram_quantile` at `percentile` over the increase of a token-latency histogram's buckets in `window`,
+    summed over pods (`by`: kept apart by these labels too, e.g. `instance` for one figure per pod)."""
+    labels = ", ".join((*by, "le"))
+    buckets = f"increase({histogram}_bucket{{{selector}}}[{window}])"
+    return f"histogram_quantile({percentile / 100:g}, sum by ({labels}) ({buckets}))"
+
+
 def generative_queries(
     target: Target, ttft_percentile: float, tpot_percentile: float, window_seconds: float,
     selector: str = DEFAULT_SELECTOR,
@@ -697,7 +717,7 @@ def generative_queries(
     w = f"{round(window_seconds)}s"
 
     def quantile(histogram: str, percentile: float) -> str:
-        return f"histogram_quantile({percentile / 100:g}, sum by (le) (increase({histogram}_bucket{{{sel}}}[{w}])))"
+        return token_quantile(histogram, percentile, sel, w)
 
     def gauge(name: str, label: str, value: str) -> str:
         return f'{name}{{{sel},{label}="{value}"}}'
@@ -743,3 +763,55 @@ def read_generative(
         above_range_tpot=above["tpot_ms"],
         **values,
     )
+
+
+@dataclass(frozen=True)
+class PodTokenWindow:
+    """One pod's own TTFT and TPOT over a window (a generative canary's judge), at the spec's percentiles by
+    `histogram_quantile` over that pod's buckets alone, and the requests behind each (its histogram's count over the
+    window). None where a series is missing; `above_range_*`: the quantile lies above every bucket (+Inf)."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    ttft_requests: float | None = None
+    tpot_requests: float | None = None
+    above_range_ttft: bool = False
+    above_range_tpot: bool = False
+
+
+def pod_generative_queries(
+    target: Target, ttft_percentile: float, tpot_percentile: float, window_seconds: float,
+    selector: str = DEFAULT_SELECTOR,
+) -> dict[str, str]:  # fmt: skip
+    """Per-pod PromQL of a generative service (one series per scrape `instance`), keyed by `PodTokenWindow` field: the
+    service's own TTFT/TPOT queries (`generative_queries`) kept apart by instance."""
+    sel = fill(selector, target, window_seconds)
+    w = f"{round(window_seconds)}s"
+    return {
+        "ttft_ms": token_quantile(TTFT_HISTOGRAM_MS, ttft_percentile, sel, w, "instance"),
+        "tpot_ms": token_quantile(TPOT_HISTOGRAM_MS, tpot_percentile, sel, w, "instance"),
+        "ttft_requests": f"sum by (instance) (increase({TTFT_HISTOGRAM_MS}_count{{{sel}}}[{w}]))",
+        "tpot_requests": f"sum by (instance) (increase({TPOT_HISTOGRAM_MS}_count{{{sel}}}[{w}]))",
+    }
+
+
+def read_pod_generative(
+    query: Callable[[str, datetime], list[dict[str, Any]]],
+    target: Target,
+    ttft_percentile: float,
+    tpot_percentile: float,
+    window_seconds: float,
+    at: datetime,
+    selector: str = DEFAULT_SELECTOR,
+) -> dict[str, PodTokenWindow]:
+    """Each pod's own TTFT/TPOT window ending at `at`, keyed by pod IP (the host of the scrape `instance`), as
+    `read_pod_windows` reads a request model's. Raises `PrometheusUnavailable`. Read only."""
+    queries = pod_generative_queries(target, ttft_percentile, tpot_percentile, window_seconds, selector)
+    out: dict[str, PodTokenWindow] = {}
+    for ip, raw in _by_pod(query, queries, at).items():
+        above = {k: math.isinf(v) and v > 0 for k, v in raw.items()}
+        values = {k: v if math.isfinite(v) else None for k, v in raw.items()}
+        out[ip] = PodTokenWindow(
+            **values, above_range_ttft=above.get("ttft_ms", False), above_range_tpot=above.get("tpot_ms", False)
+        )
+    return out

@@ -20,14 +20,17 @@ from tailtune.operator import generative
 from tailtune.operator.generative import gen_in_force, generative_status, serving_status
 from tailtune.operator.inforce import in_force, llm_in_force
 from tailtune.operator.reconcile import desired_state, rollout_status
+from tailtune.tuner import prom
 from tailtune.tuner.generative import (
     LEVERS_CHANGED,
     RELOADS_PER_HOUR,
     GenDecision,
     GenLevers,
     GenPolicy,
+    GenState,
     levers_of,
     reloads_left,
+    serving_with,
 )
 from tailtune.tuner.types import InForce
 from tests.unit.operator.test_generative_status import _sig
@@ -72,14 +75,30 @@ class FakeCluster:
         return PODS
 
 
+# A pod's own window on the spec's settings and on any other (test_trtllm_spec's targets: P99 TTFT 500, TPOT 30 ms):
+# (TTFT ms, TPOT ms, requests).
+WITHIN = (300.0, 20.0, 200)
+
+
 class FakeTriton:
-    """Each pod's live tensorrt_llm settings; a reload sets them, or fails where told to."""
+    """Each pod's live tensorrt_llm settings; a reload sets them, or fails where told to. Each pod's own TTFT/TPOT
+    window (`generative.read_pod_tokens`) is that of the settings it runs (`figures`, else WITHIN)."""
 
     def __init__(self, live: LlmServing, refuse: set[str] | None = None) -> None:
         self.live = dict.fromkeys(PODS, live)
         self.refuse = refuse or set()
         self.no_room = False  # the GPU memory gauges say a second copy of the engine fits (or say nothing)
         self.reloads: list[tuple[str, LlmServing]] = []
+        self.figures: dict[LlmServing, tuple[float, float, int]] = {}
+        self.reads = 0
+
+    def tokens(self, isvc: InferenceService, window: float, now: datetime) -> dict[str, prom.PodTokenWindow]:
+        self.reads += 1
+        out = {}
+        for ip, settings in self.live.items():
+            ttft, tpot, n = self.figures.get(settings, WITHIN)
+            out[ip] = prom.PodTokenWindow(ttft, tpot, float(n), float(n))
+        return out
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         def reload(isvc: InferenceService, ip: str, settings: LlmServing) -> str:
@@ -91,11 +110,15 @@ class FakeTriton:
 
         monkeypatch.setattr(generative, "reload_llm_pod", reload)
         monkeypatch.setattr(generative, "no_room_to_reload", lambda isvc, now: self.no_room)
-        monkeypatch.setattr(
-            generative,
-            "observe_llm_pods",
-            lambda ips, model: {ip: generative.pod_observation(True, None, None, 0.0, llm=self.live[ip]) for ip in ips},
-        )
+        monkeypatch.setattr(generative, "read_pod_tokens", self.tokens)
+
+        def observe(ips: tuple[str, ...], model: str, tokens: Any = None) -> dict[str, Any]:
+            return {
+                ip: generative.pod_observation(True, None, None, 0.0, llm=self.live[ip], tokens=(tokens or {}).get(ip))
+                for ip in ips
+            }
+
+        monkeypatch.setattr(generative, "observe_llm_pods", observe)
 
 
 def _isvc(mode: str = "hot") -> InferenceService:
@@ -235,9 +258,10 @@ def test_status_generative_shows_the_settings_in_force() -> None:
     assert g.serving == isvc.spec.llm_serving() and g.serving_reason == generative.SPEC_SERVING_REASON
 
 
-def test_a_rollout_in_flight_goes_on_while_prometheus_cannot_be_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The canary is judged on its reload and readiness: a tick without a window still advances it, so the pods are
-    not left split between settings for as long as Prometheus is down."""
+def test_a_rollout_in_flight_is_not_left_split_while_prometheus_cannot_be_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a per-pod read the canary is not promoted blind: it waits, an Event says why (once), and two windows
+    after its reload it is rolled back unjudged by the tick, which runs without a window of its own too; the settings
+    are not remembered as rejected (caught: the canary was promoted on its reload and readiness alone)."""
     from collections import defaultdict
 
     from tailtune.operator.generative import generative_tick
@@ -246,8 +270,14 @@ def test_a_rollout_in_flight_goes_on_while_prometheus_cannot_be_read(monkeypatch
     isvc = _isvc()
     triton = FakeTriton(isvc.spec.llm_serving())
     triton.install(monkeypatch)
+    monkeypatch.setattr(generative, "read_pod_tokens", lambda isvc, window, now: {})  # Prometheus down
     cluster = FakeCluster(isvc)
-    assert _apply(cluster, _decision(MORE_KV), NOW - timedelta(seconds=61))  # the canary, a window ago
+    t0 = datetime.now(UTC) - timedelta(seconds=130)  # the tick below runs at the wall clock's now
+    assert _apply(cluster, _decision(MORE_KV), t0)
+    assert _apply(cluster, _decision(MORE_KV), t0 + timedelta(seconds=61)) is False
+    assert cluster.events[-1][:2] == ("Normal", "CanaryWaiting") and "no TTFT read" in cluster.events[-1][2]
+    _apply(cluster, _decision(MORE_KV), t0 + timedelta(seconds=70))
+    assert [e[1] for e in cluster.events].count("CanaryWaiting") == 1  # told once
     cluster.raw["status"] = {
         "replicas": {"desired": 2, "ready": 2},
         "generative": {"ttft": {"targetMs": 500, "percentile": 99}},
@@ -273,8 +303,93 @@ def test_a_rollout_in_flight_goes_on_while_prometheus_cannot_be_read(monkeypatch
 
     tick = generative_tick(State(), "default", "llm", InferenceService.model_validate, reconciled)  # type: ignore[arg-type]
     asyncio.run(tick)
-    assert [ip for ip, _ in triton.reloads] == list(PODS)  # the canary, then the other pod
-    assert levers_of(llm_in_force(cluster.isvc())) == MORE_KV and cluster.events[-1][1] == "CanaryPromoted"
+    kind, reason, message = cluster.events[-1]
+    assert (kind, reason) == ("Warning", "CanaryRejected") and "not judged within two windows" in message
+    done = cluster.isvc()
+    assert ROLLOUT_ANNOTATION not in done.metadata.annotations and llm_in_force(done) == isvc.spec.llm_serving()
+    assert set(triton.live.values()) == {isvc.spec.llm_serving()}  # the canary rolled back
+    assert generative._memory.get(done.metadata.uid, GenState()).rejected == ()  # not judged: not known bad
+
+
+def _wanted(isvc: InferenceService, levers: GenLevers) -> LlmServing:
+    return serving_with(levers, isvc.spec.llm_serving())
+
+
+def test_a_canary_over_its_ttft_target_is_rejected_naming_the_figure_and_not_proposed_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two pods at the replica bound, over the TTFT target: the law's lever change goes to the canary, whose own P99
+    TTFT over its window is over the target too and no better than the other pod's: rejected and rolled back, a
+    Warning CanaryRejected naming the figure, the settings in force unchanged; the law's next proposal at the same
+    demand is another change (caught: the canary was promoted on readiness, and the law proposed it again)."""
+    isvc = llm(
+        spec__tuning__mode="hot",
+        spec__tuning__cooldownSeconds=30,
+        spec__serving__replicas={"min": 2, "max": 2},
+        spec__serving__llm__enableChunkedContext=False,
+    )
+    generative.forget(isvc.metadata.uid)
+    spec_settings = isvc.spec.llm_serving()
+    over = _sig(ttft=900.0, tpot=20.0, rate=4.0, ready_replicas=2, prompt_tokens_per_second=4 * 800.0)
+    first = generative.decide(isvc, over, NOW)
+    assert first.reason_code == LEVERS_CHANGED, first.describe()
+    tried = _wanted(isvc, first.levers)
+    triton = FakeTriton(spec_settings)
+    triton.figures = {spec_settings: (900.0, 20.0, 200), tried: (950.0, 20.0, 200)}
+    triton.install(monkeypatch)
+    cluster = FakeCluster(isvc)
+    assert _apply(cluster, first, NOW)
+    assert _apply(cluster, first, NOW + timedelta(seconds=61))
+    kind, reason, message = cluster.events[-1]
+    assert (kind, reason) == ("Warning", "CanaryRejected")
+    assert "TTFT P99 950.0 ms over the target 500 ms" in message, message
+    done = cluster.isvc()
+    assert llm_in_force(done) == spec_settings and ROLLOUT_ANNOTATION not in done.metadata.annotations
+    assert triton.live == dict.fromkeys(PODS, spec_settings) and triton.reloads[-1] == (PODS[0], spec_settings)
+    assert "stays" in serving_status(done)["serving_reason"] and "950.0" in serving_status(done)["serving_reason"]
+    later = NOW + timedelta(seconds=120)  # past the cooldown, within the reload budget
+    again = generative.decide(done, _sig(**{**over.__dict__, "window_end": later}), later)
+    assert again.reason_code == LEVERS_CHANGED and again.levers != first.levers, again.describe()
+    generative.forget(isvc.metadata.uid)
+
+
+def test_a_canary_worse_than_the_other_pods_past_the_noise_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Within both targets, the canary's P99 TPOT 28 ms against the other pod's 20 ms on 200 requests each is past
+    the noise those samples allow (bound 27.1 ms): rejected, the message names TPOT and the bound."""
+    isvc = _isvc()
+    triton = FakeTriton(isvc.spec.llm_serving())
+    triton.figures = {_wanted(isvc, MORE_KV): (300.0, 28.0, 200)}
+    triton.install(monkeypatch)
+    cluster = FakeCluster(isvc)
+    assert _apply(cluster, _decision(MORE_KV), NOW)
+    assert _apply(cluster, _decision(MORE_KV), NOW + timedelta(seconds=61))
+    kind, reason, message = cluster.events[-1]
+    assert (kind, reason) == ("Warning", "CanaryRejected") and "TPOT P99 28.0 ms worse than" in message, message
+    assert "bound 27.1 ms" in message and llm_in_force(cluster.isvc()) == isvc.spec.llm_serving()
+
+
+def test_a_canary_with_too_few_requests_waits_says_so_and_is_promoted_once_judged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Five requests in the canary's window: it waits past its window and an Event says why; once its window holds
+    enough (within two windows) it is judged on them and promoted, the message naming its figures."""
+    isvc = _isvc()
+    wanted = _wanted(isvc, MORE_KV)
+    triton = FakeTriton(isvc.spec.llm_serving())
+    triton.figures = {wanted: (300.0, 20.0, 5)}
+    triton.install(monkeypatch)
+    cluster = FakeCluster(isvc)
+    assert _apply(cluster, _decision(MORE_KV), NOW)
+    assert _apply(cluster, _decision(MORE_KV), NOW + timedelta(seconds=61)) is False
+    kind, reason, message = cluster.events[-1]
+    assert (kind, reason) == ("Normal", "CanaryWaiting")
+    assert "5 requests with a TTFT in the canary's window, 20 needed" in message, message
+    assert llm_in_force(cluster.isvc()) == isvc.spec.llm_serving()
+    triton.figures = {wanted: (300.0, 20.0, 60)}
+    assert _apply(cluster, _decision(MORE_KV), NOW + timedelta(seconds=90))
+    kind, reason, message = cluster.events[-1]
+    assert (kind, reason) == ("Normal", "CanaryPromoted") and "TTFT P99 300.0 ms <= 500 ms" in message, message
+    assert llm_in_force(cluster.isvc()) == wanted
 
 
 def test_without_room_for_a_second_engine_copy_the_pods_roll_onto_the_new_settings(
@@ -309,7 +424,6 @@ def test_no_room_to_reload_reads_the_gpu_memory_gauges_and_treats_unknown_as_roo
 ) -> None:
     """An L4 (24 GB) whose Llama-3-8B engine (16 GB) and KV cache use 22 GB has no room for a second copy; pods
     without GPU gauges (the emulated engine) or an unreadable Prometheus leave it to the canary's reload."""
-    from tailtune.tuner import prom
 
     raw = _isvc().model_dump(by_alias=True, mode="json", exclude_none=True)
     raw["status"] = {"engine": {"engineBytes": 16_000_000_000}}

@@ -12,6 +12,8 @@ from tailtune.tuner.generative import (
     COOLDOWN,
     INFEASIBLE,
     LEVERS_CHANGED,
+    REJECTION_MEMORY_SECONDS,
+    SAME_DEMAND_SHARE,
     SCALED_IN,
     SCALED_OUT,
     GenEngineModel,
@@ -28,6 +30,9 @@ from tailtune.tuner.generative import (
     levers_of,
     needed_replicas,
     predict,
+    rejected_at,
+    remember_rejected,
+    same_demand,
     scale_in_target,
     serving_with,
     slots,
@@ -170,6 +175,45 @@ def test_at_the_bound_a_lever_moves_and_the_reload_budget_limits_it() -> None:
     spent = GenInForce(2, reloads=tuple(NOW - 60 * k for k in range(1, policy.reloads_per_hour + 1)))
     d = decide_generative(GenState(), spent, o, policy, NOW)
     assert d.reason_code == INFEASIBLE and d.bound_by == "reload-budget" and d.levers == GenLevers()
+
+
+def test_levers_a_canary_rejected_are_not_proposed_again_at_that_demand() -> None:
+    """Over TTFT at the bound, the law proposes a lever change; its canary is rejected (`remember_rejected` on the
+    state the decision kept): at the same demand (within SAME_DEMAND_SHARE) the law proposes the next change of its
+    order, never the rejected one; at a demand twice as high, or once REJECTION_MEMORY_SECONDS have passed, the first
+    is proposed again; with every change rejected it says so (bound by canary-rejected) (caught: the rejected levers
+    were proposed again at the next window)."""
+    policy = replace(POLICY, replicas_max=2, cooldown_seconds=0)
+    o = obs(rate=8, ttft=5000, ready=2)
+    first = decide_generative(GenState(), GenInForce(2), o, policy, NOW)
+    assert first.reason_code == LEVERS_CHANGED and first.state.load is not None
+    st = remember_rejected(first.state, first.levers, NOW + 60)
+    assert rejected_at(st, first.state.load, NOW + 60) == {first.levers}
+    later = NOW + 120
+    nearby = obs(rate=8 * (1 + SAME_DEMAND_SHARE / 2), ttft=5000, ready=2, end=later)
+    second = decide_generative(st, GenInForce(2), nearby, policy, later)
+    assert second.reason_code == LEVERS_CHANGED and second.levers not in (first.levers, GenLevers()), second.describe()
+    busier = obs(rate=16, ttft=5000, ready=2, end=later)
+    assert decide_generative(st, GenInForce(2), busier, policy, later).levers == first.levers
+    past = NOW + 60 + REJECTION_MEMORY_SECONDS
+    assert decide_generative(st, GenInForce(2), obs(rate=8, ttft=5000, ready=2, end=past), policy, past).levers == (
+        first.levers
+    )
+    every = st
+    for k in range(1, 9):  # reject each proposal in turn at this demand, a window apart
+        at = later + 30 * k
+        d = decide_generative(every, GenInForce(2), replace(o, window_end=at), policy, at)
+        if d.reason_code != LEVERS_CHANGED:
+            break
+        every = remember_rejected(d.state, d.levers, at)
+    assert d.reason_code == INFEASIBLE and d.bound_by == "canary-rejected" and d.levers == GenLevers(), d.describe()
+
+
+def test_one_demand_is_rates_and_prompts_within_the_share() -> None:
+    base = Load(4.0, 1000, 24)
+    assert same_demand(base, Load(4.0 * (1 - SAME_DEMAND_SHARE) + 0.01, 1000, 24))
+    assert not same_demand(base, Load(2.0, 1000, 24)) and not same_demand(base, Load(4.0, 256, 24))
+    assert remember_rejected(GenState(), GenLevers(), NOW).rejected == ()  # no demand read yet: nothing to key it by
 
 
 def test_calibration_follows_a_slower_engine_and_never_goes_below_the_roofline() -> None:
