@@ -50,6 +50,7 @@ class StreamRecord:
     output_tokens: int
     token_times: list[float] = field(default_factory=list)
     done: bool = False
+    target: str = ""  # the gRPC address it was sent to (one pod)
 
     @property
     def ttft_ms(self) -> float | None:
@@ -147,6 +148,7 @@ class StreamingLoad:
         self._all_done = threading.Event()
         self._sending = True
         self._closing = False
+        self._stop = threading.Event()
         self.wall_offset = time.time() - time.monotonic()  # monotonic + offset = UNIX time
         self.started_at: float | None = None  # monotonic
 
@@ -216,8 +218,8 @@ class StreamingLoad:
                 if t >= self.duration_s:
                     break
                 pause = start + t - time.monotonic()
-                if pause > 0:
-                    time.sleep(pause)
+                if (pause > 0 and self._stop.wait(pause)) or self._stop.is_set():
+                    break
                 if rate <= 0:
                     continue
                 targets = self._targets()
@@ -226,9 +228,10 @@ class StreamingLoad:
                 key = str(n)
                 prompt, output = self._prompt(t).sample(self.rng), self.output.sample(self.rng)
                 inputs = self._inputs(prompt, output)
-                stream = streams_of(targets[n % len(targets)])[(n // len(targets)) % self.streams]
+                url = targets[n % len(targets)]
+                stream = streams_of(url)[(n // len(targets)) % self.streams]
                 with self._lock:
-                    self.records[key] = StreamRecord(key, time.monotonic(), prompt, output)
+                    self.records[key] = StreamRecord(key, time.monotonic(), prompt, output, target=url)
                 stream.async_stream_infer(self.model, inputs, request_id=key, enable_empty_final_response=True)
                 n += 1
             with self._lock:
@@ -243,6 +246,10 @@ class StreamingLoad:
                     c.stop_stream(cancel_requests=True)
                     c.close()
         return list(self.records.values())
+
+    def stop(self) -> None:
+        """End the sending early (before `duration_s`); `run()` then drains what is in flight and returns."""
+        self._stop.set()
 
     def snapshot(self) -> list[StreamRecord]:
         """The records so far (copies: a running load goes on appending to its own)."""

@@ -82,6 +82,7 @@ from tailtune.tuner.generative import (
     HOLD,
     LEVERS_CHANGED,
     MIN_REQUESTS,
+    REJECTION_MEMORY_SECONDS,
     RELOAD_BUDGET_SECONDS,
     GenDecision,
     GenInForce,
@@ -537,12 +538,18 @@ async def _levers(
         await cluster.emit_event(meta, "Normal", CANARY_PROMOTED, step.message)
         new = new.model_copy(update={"llm": rollout.llm_target, "llm_reason": reason, "changed_at": now})
     elif step.outcome == "rejected":
-        await cluster.emit_event(meta, "Warning", CANARY_REJECTED, step.message)
-        reason = f"{describe_llm(current)} stays: {step.message}"
-        new = new.model_copy(update={"llm_reason": reason, "changed_at": now})
-        if not step.unjudged:  # judged bad (its figures, a refused reload, a readiness drop): not proposed again here
-            state = _memory.get(meta.uid, GenState())
+        message = step.message
+        state = _memory.get(meta.uid, GenState())
+        if not step.unjudged and state.load is not None:
+            # Judged bad (its figures, a refused reload, a readiness drop): not proposed again at this demand.
             _memory[meta.uid] = remember_rejected(state, levers_of(rollout.llm_target), now.timestamp())
+            message += (
+                f"; not proposed again at {state.load.rate:.2f} req/s of {state.load.prompt_mean:.0f}-token prompts "
+                f"for {REJECTION_MEMORY_SECONDS / 60:.0f} min"
+            )
+        await cluster.emit_event(meta, "Warning", CANARY_REJECTED, message)
+        reason = f"{describe_llm(current)} stays: {message}"
+        new = new.model_copy(update={"llm_reason": reason, "changed_at": now})
     return new, annotations
 
 

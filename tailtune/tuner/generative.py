@@ -84,8 +84,10 @@ class GenState:
     ttft_scale: float = 1.0
     tpot_scale: float = 1.0
     last_window_end: float | None = None
-    # The last window's demand (arrivals, no backlog): the demand a canary judged now was judged at.
+    # The last window's demand (arrivals, no backlog) and the requests it was read from: the demand a canary judged
+    # now was judged at.
     load: Load | None = None
+    load_requests: int = 0
     # Lever settings whose canary was rejected, at the demand it was judged at (`remember_rejected`): not proposed
     # again at that demand within REJECTION_MEMORY_SECONDS.
     rejected: tuple[Rejection, ...] = ()
@@ -93,10 +95,12 @@ class GenState:
 
 @dataclass(frozen=True)
 class Rejection:
-    """Levers a canary was rejected on, the demand of its window and when (the caller's clock)."""
+    """Levers a canary was rejected on, the demand of its window (and the requests it was read from) and when (the
+    caller's clock)."""
 
     levers: GenLevers
     load: Load
+    requests: int
     at: float
 
 
@@ -170,10 +174,15 @@ SCALE_IN_MOST_SHARE = 0.5
 HPA_SCALE_IN_STABILIZATION_SECONDS = 300.0
 # The fewest finished requests in a window for its percentiles to be read (below, a P99 is a maximum of a few).
 MIN_REQUESTS = 20
-# Two demands are one ("that demand", for a rejected canary's levers) while their request rates and mean prompt
-# lengths are each within this share of one another: a window's rate from MIN_REQUESTS requests is known to
-# 1 / sqrt(20) = 22 % (Poisson), so a nearer demand is not told apart from it; the demo's step (1.5 -> 4 req/s,
-# 256 -> 1024-token prompts) is well past it.
+# Two windows' demands are one ("that demand", for a rejected canary's levers) while their request rates, and their
+# mean prompt lengths, differ by no more than the noise of the windows' request counts allows: a rate (or a mean
+# length, taking the lengths' spread as their mean, an exponential's) from n requests has a relative standard error of
+# 1 / sqrt(n) (Poisson), so two windows differ by noise alone up to DEMAND_NOISE_Z x sqrt(a^2 / na + b^2 / nb):
+# two-sided 99 %, so the same demand read again is taken for a new one once in a hundred windows.
+DEMAND_NOISE_Z = 2.576
+# And never less than this share of the larger: a demand a quarter apart or nearer is one for the levers' effect
+# (design value: the law's slots and waits move little within it; the demo's step, 1.5 -> 4 req/s of 256 -> 1024-token
+# prompts, is well past it).
 SAME_DEMAND_SHARE = 0.25
 # How long a rejected canary's levers stay out of the law's proposals: the reload budget's hour (a change the budget
 # would allow again is worth a new canary once the hour has moved on).
@@ -504,11 +513,13 @@ def scale_in_target(
     return min(current, target), bound
 
 
-def same_demand(a: Load, b: Load) -> bool:
-    """Whether two windows' demands are one: rates and mean prompt lengths within SAME_DEMAND_SHARE. Pure."""
+def same_demand(a: Load, a_requests: int, b: Load, b_requests: int) -> bool:
+    """Whether two windows' demands (each read from that many requests) are one: rates and mean prompt lengths apart
+    by no more than their noise (DEMAND_NOISE_Z) or SAME_DEMAND_SHARE, whichever is wider. Pure."""
 
     def near(x: float, y: float) -> bool:
-        return abs(x - y) <= SAME_DEMAND_SHARE * max(x, y)
+        noise = DEMAND_NOISE_Z * math.sqrt(x * x / max(1, a_requests) + y * y / max(1, b_requests))
+        return abs(x - y) <= max(noise, SAME_DEMAND_SHARE * max(x, y))
 
     return near(a.rate, b.rate) and near(a.prompt_mean, b.prompt_mean)
 
@@ -519,15 +530,18 @@ def remember_rejected(state: GenState, levers: GenLevers, now: float) -> GenStat
     kept = tuple(r for r in state.rejected if now - r.at < REJECTION_MEMORY_SECONDS and r.levers != levers)
     if state.load is None:
         return replace(state, rejected=kept)
-    return replace(state, rejected=(*kept, Rejection(levers, state.load, now)))
+    return replace(state, rejected=(*kept, Rejection(levers, state.load, state.load_requests, now)))
 
 
-def rejected_at(state: GenState, load: Load | None, now: float) -> frozenset[GenLevers]:
-    """The levers whose canary was rejected at this demand within REJECTION_MEMORY_SECONDS. Pure."""
+def rejected_at(state: GenState, load: Load | None, requests: int, now: float) -> frozenset[GenLevers]:
+    """The levers whose canary was rejected at this demand (read from `requests`) within REJECTION_MEMORY_SECONDS.
+    Pure."""
     if load is None:
         return frozenset()
     return frozenset(
-        r.levers for r in state.rejected if now - r.at < REJECTION_MEMORY_SECONDS and same_demand(r.load, load)
+        r.levers
+        for r in state.rejected
+        if now - r.at < REJECTION_MEMORY_SECONDS and same_demand(r.load, r.requests, load, requests)
     )
 
 
@@ -620,7 +634,9 @@ def decide_generative(
     if state.last_window_end is not None and obs.window_end <= state.last_window_end:
         return out(cur, levers, HOLD, "no new window since the last decision", state, "stale-window")
     st = replace(calibrate(state, obs, policy, levers), last_window_end=obs.window_end)
-    st = replace(st, load=load_of(obs, policy, False) or st.load)
+    arrivals = load_of(obs, policy, False)
+    if arrivals is not None:
+        st = replace(st, load=arrivals, load_requests=obs.requests)
     seen = f"TTFT {_fmt(obs.ttft_ms)} / {policy.ttft_target_ms:.0f}"
     seen += f", TPOT {_fmt(obs.tpot_ms)} / {policy.tpot_target_ms:.0f}"
     enough = obs.requests >= policy.min_requests
@@ -682,7 +698,7 @@ def decide_generative(
     if policy.tune_levers and load is not None and over and cur >= policy.replicas_max:
         if cooling(in_force, policy, now):
             return out(cur, levers, COOLDOWN, f"{why}: short at the most replicas; cooling down", st, "cooldown")
-        avoid = rejected_at(st, st.load, now)
+        avoid = rejected_at(st, st.load, st.load_requests, now)
         change = lever_change(policy, levers, load, cur, st, obs, avoid)
         if change is None and avoid:
             msg = f"{why}: the lever changes left were rejected by their canary at this demand"

@@ -343,6 +343,7 @@ def test_a_canary_over_its_ttft_target_is_rejected_naming_the_figure_and_not_pro
     kind, reason, message = cluster.events[-1]
     assert (kind, reason) == ("Warning", "CanaryRejected")
     assert "TTFT P99 950.0 ms over the target 500 ms" in message, message
+    assert "not proposed again at 4.00 req/s of 800-token prompts for 60 min" in message, message
     done = cluster.isvc()
     assert llm_in_force(done) == spec_settings and ROLLOUT_ANNOTATION not in done.metadata.annotations
     assert triton.live == dict.fromkeys(PODS, spec_settings) and triton.reloads[-1] == (PODS[0], spec_settings)

@@ -188,7 +188,7 @@ def test_levers_a_canary_rejected_are_not_proposed_again_at_that_demand() -> Non
     first = decide_generative(GenState(), GenInForce(2), o, policy, NOW)
     assert first.reason_code == LEVERS_CHANGED and first.state.load is not None
     st = remember_rejected(first.state, first.levers, NOW + 60)
-    assert rejected_at(st, first.state.load, NOW + 60) == {first.levers}
+    assert rejected_at(st, first.state.load, o.requests, NOW + 60) == {first.levers}
     later = NOW + 120
     nearby = obs(rate=8 * (1 + SAME_DEMAND_SHARE / 2), ttft=5000, ready=2, end=later)
     second = decide_generative(st, GenInForce(2), nearby, policy, later)
@@ -209,10 +209,14 @@ def test_levers_a_canary_rejected_are_not_proposed_again_at_that_demand() -> Non
     assert d.reason_code == INFEASIBLE and d.bound_by == "canary-rejected" and d.levers == GenLevers(), d.describe()
 
 
-def test_one_demand_is_rates_and_prompts_within_the_share() -> None:
+def test_one_demand_is_rates_and_prompts_within_their_noise_or_the_share() -> None:
+    """Within SAME_DEMAND_SHARE, or within the noise of the windows' request counts where that is wider (two windows
+    of 20 requests at 4 and 5.6 req/s are one demand; of 1000 requests, 4 and 2 req/s are not)."""
     base = Load(4.0, 1000, 24)
-    assert same_demand(base, Load(4.0 * (1 - SAME_DEMAND_SHARE) + 0.01, 1000, 24))
-    assert not same_demand(base, Load(2.0, 1000, 24)) and not same_demand(base, Load(4.0, 256, 24))
+    assert same_demand(base, 1000, Load(4.0 * (1 - SAME_DEMAND_SHARE) + 0.01, 1000, 24), 1000)
+    assert not same_demand(base, 1000, Load(2.0, 1000, 24), 1000)
+    assert not same_demand(base, 1000, Load(4.0, 256, 24), 1000)
+    assert same_demand(base, 20, Load(5.6, 1000, 24), 20) and not same_demand(base, 1000, Load(5.6, 1000, 24), 1000)
     assert remember_rejected(GenState(), GenLevers(), NOW).rejected == ()  # no demand read yet: nothing to key it by
 
 
