@@ -17,7 +17,7 @@ each name themselves), its parts in `tailtune.tuner.control`:
 4. guards (`guards`): pure functions that only hold the config in force or limit the plan, each naming itself in
    `Decision.bound_by`: the hysteresis band and the noise of unconfirmed bad windows, a draining backlog, the
    cooldown, the reload budget, the stabilized batching, no cut under a backlog, no scale-out without pressure,
-   the scale-in (only to a count the model holds within the aim at the demand's upper bound over the lead time a
+   the scale-in (only to a count the model holds within the SLO at the demand's upper bound over the lead time a
    replica given back takes to return, `limits.upper_demand_rps`; after calm windows, the batching kept inside the
    band; above counts that broke the aim, never under pressure, at most half at once), the drain floor, the queue
    over the model. The SLO, the aim and the tick's limits are computed once (`limits.Limits`, `Tick.lim`);

@@ -62,8 +62,8 @@ class Tick:
     relieve: bool  # the window asks for relief (confirmed bad windows, or a foretold break the plan mends)
     in_share: float  # short of the SLO: the share of the demand the config in force answers within it
     peak_need_rps: float  # the highest demand of the stabilization window with its margin (the batching keeps up)
-    # The demand's upper bound over the lead time a scale-in must cover (`limits.upper_demand_rps`) with its margin.
-    upper_need_rps: float
+    # The demand's upper bound over the lead time a scale-in must cover (`limits.upper_demand_rps`).
+    upper_rps: float
     capacity_rps: float  # the plan's total capacity
 
     @property
@@ -163,7 +163,7 @@ def assess(st: TunerState, in_force: InForce, obs: Observation, policy: Policy, 
         relieve=relieve,
         in_share=in_share,
         peak_need_rps=max(d for _, d in recent) * policy.demand_margin,
-        upper_need_rps=upper_demand_rps(recent, lim) * policy.demand_margin,
+        upper_rps=upper_demand_rps(recent, lim),
         capacity_rps=plan.replicas * plan.candidate.capacity_rps,
     )
 

@@ -3,7 +3,7 @@ in `Decision.bound_by`) and with one line of why. In the order `law.decide` appl
 
 - holds (the window asks for nothing yet): `hysteresis_band`, `backlog_draining`, `cooldown`;
 - the batching (a proposal is the plan's batching and count, then limited): `reload_budget`, `stabilized_batching`;
-- the count: `no_cut_under_backlog`, `no_scale_out_without_pressure`, then a scale-in's `scale_in_within_aim`,
+- the count: `no_cut_under_backlog`, `no_scale_out_without_pressure`, then a scale-in's `scale_in_within_slo`,
   `scale_in_above_too_few`, `no_scale_in_under_pressure`, `scale_in_by_half`; a backlog's `drain_floor`; and
   `queue_over_model`.
 """
@@ -20,6 +20,7 @@ from tailtune.tuner.control.gates import cooling
 from tailtune.tuner.control.objective import (
     BURST_GAIN,
     DRAIN_INTERVALS,
+    NO_HEADROOM,
     SWITCH_GAIN,
     Candidate,
     Plan,
@@ -284,23 +285,28 @@ def choose(
 # A scale-in (each applies only while the proposal still gives replicas back).
 
 
-def scale_in_within_aim(p: Proposal, t: Tick) -> Proposal:
-    """A scale-in only to a count the model holds within the aim at the demand's upper bound over the lead time
-    (`limits.upper_demand_rps`, with its margin), with the model erring as it does on the config in force if that
-    is worse: a replica given back is back only a pod start after the demand needs it again."""
+def scale_in_within_slo(p: Proposal, t: Tick) -> Proposal:
+    """A scale-in only to a count the model holds within the SLO at the demand's upper bound over the lead time
+    (`limits.upper_demand_rps`), with the model erring as it does on the config in force if that is worse: a replica
+    given back is back only a pod start after the demand needs it again, and until then the demand is at most that
+    bound. The bound is the worst the demand did within a lead time over its memory: the aim's headroom and the
+    demand's margin, which the plan keeps for the variation of the demand it cannot bound, are not stacked on it
+    (the same variation counted twice). Once the replica is back the plan's aim and margin hold again."""
     n = t.in_force.replicas
     if p.replicas >= n:
         return p
-    calm = candidate(t.curve, p.target.max_batch, p.target.delay_us, t.policy, max(t.mild, t.st.calibration))
-    carried = min(p.target.carries(), calm.carries())
-    replicas = max(p.replicas, min(n, math.ceil(t.upper_need_rps / max(carried, NO_LOAD_RPS))))
+    at_slo = t.policy.model_copy(update={"headroom": NO_HEADROOM})
+    planned = candidate(t.curve, p.target.max_batch, p.target.delay_us, at_slo, t.mild)
+    calm = candidate(t.curve, p.target.max_batch, p.target.delay_us, at_slo, max(t.mild, t.st.calibration))
+    carried = min(planned.carries(), calm.carries())
+    replicas = max(p.replicas, min(n, math.ceil(t.upper_rps / max(carried, NO_LOAD_RPS))))
     note = (
-        f"; {replicas} replica(s) hold the aim at {t.upper_need_rps:.0f} req/s, the demand's upper bound over the "
-        f"{t.lim.lead_s:.0f} s a replica given back takes to return, with its margin"
+        f"; {replicas} replica(s) hold the SLO at {t.upper_rps:.0f} req/s, the demand's upper bound over the "
+        f"{t.lim.lead_s:.0f} s a replica given back takes to return"
         if replicas > p.replicas
         else ""
     )
-    return p.limited("scale-in-within-aim", replicas=replicas, note=note)
+    return p.limited("scale-in-within-slo", replicas=replicas, note=note)
 
 
 def scale_in_above_too_few(p: Proposal, t: Tick) -> Proposal:
@@ -341,7 +347,7 @@ def scale_in_by_half(p: Proposal, t: Tick) -> Proposal:
     return p.limited("scale-in-by-half", replicas=halved, note=note)
 
 
-SCALE_IN = (scale_in_within_aim, scale_in_above_too_few, no_scale_in_under_pressure, scale_in_by_half)
+SCALE_IN = (scale_in_within_slo, scale_in_above_too_few, no_scale_in_under_pressure, scale_in_by_half)
 
 
 def drain_floor(p: Proposal, t: Tick) -> Proposal:

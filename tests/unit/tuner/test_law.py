@@ -940,11 +940,11 @@ def _scale_ins(rng: np.random.Generator) -> Iterator[tuple[int, Case, Decision]]
             yield i, case, d
 
 
-def test_j_a_scale_in_holds_the_aim_at_the_demands_upper_bound() -> None:
+def test_j_a_scale_in_holds_the_slo_at_the_demands_upper_bound() -> None:
     """A scale-in goes only to a count at which the model, erring as it does on the config in force (if that is
     worse than the share other configs get), puts the demand's upper bound over the lead time (the highest demand
-    within it, at least the last one plus the largest rise seen within a lead time) with its margin within the
-    aim: a replica given back is back only a lead time after the demand needs it again."""
+    within it, at least the last one plus the largest rise seen within a lead time) within the SLO: a replica given
+    back is back only a lead time after the demand needs it again."""
     from tailtune.tuner.control.limits import limits, upper_demand_rps
     from tailtune.tuner.model import predict
 
@@ -958,7 +958,7 @@ def test_j_a_scale_in_holds_the_aim_at_the_demands_upper_bound() -> None:
             min(law.CANDIDATE_CALIBRATION[1], max(law.CANDIDATE_CALIBRATION[0], d.state.calibration)),
             d.state.calibration,
         )
-        peak = upper_demand_rps(d.state.recent_demand, limits(policy, d.state)) * policy.demand_margin
+        peak = upper_demand_rps(d.state.recent_demand, limits(policy, d.state))
         curve = _curve(policy, d)
         p = predict(
             curve.ms,
@@ -968,7 +968,7 @@ def test_j_a_scale_in_holds_the_aim_at_the_demands_upper_bound() -> None:
             peak / d.replicas,
             policy.percentile,
         )
-        assert p.p_ms * cal <= policy.aim_ms * 1.02, (i, p.p_ms, cal, policy.aim_ms, d.reason)
+        assert p.p_ms * cal <= policy.slo_ms * 1.02, (i, p.p_ms, cal, policy.slo_ms, d.reason)
     assert scaled_in >= wanted(21), scaled_in
 
 

@@ -4,6 +4,7 @@ one where it does not; the decision names it in `bound_by`. Small fixed cases (n
 from __future__ import annotations
 
 import dataclasses
+import math
 from datetime import timedelta
 
 from tailtune.api.v1alpha1 import Batching
@@ -14,6 +15,7 @@ from tailtune.tuner.control.guards import Proposal
 from tailtune.tuner.control.limits import limits, upper_demand_rps
 from tailtune.tuner.control.objective import Candidate, Plan
 from tailtune.tuner.control.reading import Reading, read_window
+from tailtune.tuner.model import predict
 from tailtune.tuner.servicetime import Curve
 from tailtune.tuner.types import InForce, Observation, Policy, TooFewReplicas, TunerState
 from tests.unit.tuner.families import NOW, SPAN, build_points, steady_window
@@ -202,12 +204,40 @@ def test_guard_no_scale_out_without_pressure() -> None:
 # A scale-in --------------------------------------------------------------------------------------------------------
 
 
-def test_guard_scale_in_within_aim_keeps_what_the_upper_bound_needs() -> None:
-    """Caught: a scale-in to a count that the demand's upper bound over the lead time would push past the aim."""
-    tick = _tick(upper_need_rps=2000.0 * POLICY.demand_margin)
-    p = guards.scale_in_within_aim(Proposal(tick.current, 1), tick)
-    assert 1 < p.replicas <= 4 and p.bound_by == "scale-in-within-aim" and "upper bound" in p.notes[0]
-    assert guards.scale_in_within_aim(Proposal(tick.current, 4), tick).bound_by == ""
+def test_guard_scale_in_within_slo_keeps_what_the_upper_bound_needs() -> None:
+    """Caught: a scale-in to a count that the demand's upper bound over the lead time would push past the SLO."""
+    tick = _tick(upper_rps=2000.0)
+    p = guards.scale_in_within_slo(Proposal(tick.current, 1), tick)
+    assert 1 < p.replicas <= 4 and p.bound_by == "scale-in-within-slo" and "upper bound" in p.notes[0]
+    assert guards.scale_in_within_slo(Proposal(tick.current, 4), tick).bound_by == ""
+
+
+def test_scale_in_holds_the_slo_at_the_upper_bound_without_the_plans_margin() -> None:
+    """Caught: on a falling demand, a scale-in held at the count that keeps the aim with the demand's margin at the
+    demand's upper bound over the lead time (the rise of the morning on top of the evening's demand): the bound
+    already is the worst the demand did within a lead time, and the aim and the margin on it counted that
+    variation twice. The count given back to is the fewest the model holds within the SLO at the bound (erring
+    as on the config in force), no fewer than the plan's."""
+    # The demand rose by 1500 req/s within a lead time, held, and fell back to 2000 req/s since.
+    levels = [2000.0] * 3 + [3500.0] * 4 + [2750.0, 2000.0, 2000.0, 2000.0]
+    recent = tuple((NOW - timedelta(seconds=30 * (len(levels) - i)), x) for i, x in enumerate(levels))
+    st = TunerState(recent_demand=recent, calm_windows=POLICY.good_windows)
+    obs = steady_window(p99=15.0, rate=2000.0, replicas=4, queue_ms=1.0, compute_ms=_t(8))
+    d = law.decide(st, IN_FORCE, obs, POLICY, NOW)
+    upper = upper_demand_rps(d.state.recent_demand, limits(POLICY, d.state))
+    curve, b = Curve(POLICY.build_curve), d.batching
+    mild = min(law.CANDIDATE_CALIBRATION[1], max(law.CANDIDATE_CALIBRATION[0], d.state.calibration))
+    cal = max(mild, d.state.calibration)
+    at_slo = POLICY.model_copy(update={"headroom": 1.0})
+    within_slo = law.candidate(curve, b.max_batch_size, b.max_queue_delay_microseconds, at_slo, cal).carries()
+    within_aim = law.candidate(curve, b.max_batch_size, b.max_queue_delay_microseconds, POLICY, cal).carries()
+    need_slo = math.ceil(upper / within_slo)
+    # The premise: the aim with the margin at the bound keeps every replica in force; the SLO at it does not.
+    assert need_slo < IN_FORCE.replicas <= math.ceil(upper * POLICY.demand_margin / within_aim), (upper, d.reason)
+    assert d.changed and d.reason_code == law.SCALED_IN, d.reason
+    assert d.replicas >= need_slo and d.replicas < IN_FORCE.replicas, d.reason
+    p = predict(curve.ms, b.max_batch_size, b.max_queue_delay_microseconds, 1, upper / d.replicas, POLICY.percentile)
+    assert p.p_ms * cal <= POLICY.slo_ms, (p.p_ms, cal, d.reason)
 
 
 def test_upper_demand_bound_covers_the_lookback_peak_and_a_rise_seen_within_a_lead_time() -> None:
