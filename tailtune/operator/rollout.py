@@ -271,8 +271,7 @@ def decide_rollout(
         verdict = judge_canary(state, pods, policy)
         if verdict is None:
             if waited >= 2 * policy.window_seconds:
-                unjudged = state.model_copy(update={"unjudged": True})
-                return _roll_back(unjudged, pods, f"no latency of the canary {state.canary} within two windows")
+                return _roll_back(state, pods, f"no latency of the canary {state.canary} within two windows")
             return RolloutStep((), state, CANARY_WAITING, f"canary {state.canary}: waiting for its latency")
         bad, why = verdict
     if bad:
