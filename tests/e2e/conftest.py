@@ -156,7 +156,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_collection_finish(session: pytest.Session) -> None:
     if os.environ.get("TAILTUNE_SKIP_E2E") == "1" or session.config.option.collectonly:
         return
-    if any(_is_e2e(item) for item in session.items):
+    # Only for tests on the session's cluster (the fixture's closure): the generative e2e tests bring up a demo
+    # cluster of their own and run in hack/test.sh's other session, which must not start or stop this one.
+    if any(_is_e2e(item) and "cluster" in getattr(item, "fixturenames", ()) for item in session.items):
         _bring_up()
 
 
