@@ -1,7 +1,7 @@
 """Generative tuner vs a Dynamo-style throughput-profile planner and the best static replica count (issue 39 item 7).
 
     python bench/generative/planner.py [--seeds 2] [--duration-s 1800] [--rate 2] [--gpu l4]
-      [--out bench/out/generative]
+      [--planner-headroom 1.5,2,3] [--out bench/out/generative]
 
 A seeded family of request traces (`tailtune.offline.generative.family_trace`: step, diurnal, bursts, long-prompt;
 `--seeds` of each) on the simulated fleet (`tailtune.sim.llm.LlmFleet`, the emulated engine's roofline of
@@ -11,6 +11,9 @@ Llama-3-8B FP16), MLPerf's Llama server-scenario targets by default (P99 TTFT 2 
 - planner: replicas = predicted output tokens/s / per-replica output tokens/s profiled at the TPOT target, every
   180 s (NVIDIA Dynamo's throughput-based planner, https://docs.nvidia.com/dynamo/v-0-9-0/design-docs/planner-design.md;
   the constant predictor, no correction factor);
+- planner xH (`--planner-headroom`): the same planner sized on its profile divided by H, as its users give it room
+  (the profile is the saturated throughput, so the plain planner never holds both targets): where a planner and
+  tailtune both hold the whole trace's targets, their replica-seconds are compared (issue 39: fewer for tailtune);
 - best static: the fewest replicas whose whole-trace P99 TTFT and TPOT hold the targets (swept upward from 1);
 - reference: static at the most replicas (`--replicas-max`), the goodput the capacity allows (the "oracle" of the
   goodput ratio: no replica policy answers more within the targets on the same engine settings, up to noise).
@@ -71,8 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=2.0, help="base rate, req/s (default 2)")
     p.add_argument("--gpu", default="l4", choices=sorted(ROOFLINES))
     p.add_argument("--replicas-max", type=int, default=12)
+    p.add_argument("--planner-headroom", default="1.5,2,3", help="comma-separated H of the planner xH runs")
     p.add_argument("--out", type=Path, default=Path("bench/out/generative"))
     args = p.parse_args(argv)
+    headrooms = [float(h) for h in args.planner_headroom.split(",") if h.strip()]
     args.out.mkdir(parents=True, exist_ok=True)
     base = EngineConfig(roofline=ROOFLINES[args.gpu])
     policy = GenPolicy(
@@ -88,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     profile = profile_replica_tokens_per_s(base, lengths, TPOT_TARGET_MS / 1000, policy.tpot_percentile)
     print(f"planner profile: {profile:.0f} output tokens/s a replica at P99 TPOT <= {TPOT_TARGET_MS:g} ms", flush=True)
     rows = []
+    planned: list[list[RunResult]] = []  # per trace, the planner xH runs in the order of `headrooms`
     for shape in SHAPES:
         for k in range(args.seeds):
             seed = args.seed0 + k
@@ -96,7 +102,9 @@ def main(argv: list[str] | None = None) -> int:
             pl = run_policy("planner", reqs, base, policy, 1, planner_profile=profile)
             st = best_static(reqs, base, policy, args.replicas_max)
             ref = run_policy(f"static:{args.replicas_max}", reqs, base, policy, args.replicas_max)
+            roomy = [run_policy("planner", reqs, base, policy, 1, planner_profile=profile / h) for h in headrooms]
             rows.append((shape, seed, tt, pl, st, ref))
+            planned.append(roomy)
             print(
                 f"{shape:11s} seed {seed}: goodput tailtune {tt.goodput:.4f} planner {pl.goodput:.4f} "
                 f"{st.policy} {st.goodput:.4f} ref {ref.goodput:.4f}; replica-s {tt.replica_seconds:.0f} / "
@@ -169,6 +177,25 @@ def main(argv: list[str] | None = None) -> int:
         f"Traces where both hold the whole trace's P99 targets: {len(both)}; tailtune with fewer replica-seconds "
         f"there: {fewer}. Traces where tailtune holds them: {sum(holds(r[2]) for r in rows)}; the planner: "
         f"{sum(holds(r[3]) for r in rows)}.",
+        "",
+        "The planner with headroom (its profile / H): where it and tailtune both hold the whole trace's P99 targets, "
+        "replica-seconds tailtune / planner xH (below 1: tailtune uses fewer).",
+        "",
+        "| H | goodput/ref min | median | traces holding both targets (planner xH) | both hold | tailtune fewer "
+        "replica-s there | tailtune / planner xH replica-s there: worst, median |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for j, h in enumerate(headrooms):
+        runs = [roomy[j] for roomy in planned]
+        gs = [ratio(r, row[5]) for r, row in zip(runs, rows, strict=True)]
+        pairs = [(row[2], r) for r, row in zip(runs, rows, strict=True) if holds(row[2]) and holds(r)]
+        ratios = sorted(tt.replica_seconds / r.replica_seconds for tt, r in pairs)
+        spread = f"{ratios[-1]:.2f}, {statistics.median(ratios):.2f}" if ratios else "no case"
+        lines.append(
+            f"| {h:g} | {min(gs):.4f} | {statistics.median(gs):.4f} | {sum(holds(r) for r in runs)} of {len(runs)} | "
+            f"{len(pairs)} | {sum(tt.replica_seconds < r.replica_seconds for tt, r in pairs)} | {spread} |"
+        )
+    lines += [
         "",
         "The planner's per-replica profile is the most output tokens/s a replica gives with P99 TPOT within the "
         "target; here the KV cache binds before TPOT does, so that is the saturated throughput, and replicas = "
