@@ -7,10 +7,11 @@ the reader computes is known in advance. Prometheus comes from the distribution'
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from devkit.ports import free_port
+from devkit.procs import Process
+from devkit.prometheus import start_prometheus
 
 SCRAPE_SECONDS = 1
 
@@ -126,11 +129,34 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     pytest.fail(f"prometheus not ready: {log.read_text()[-2000:]}")
 
 
+def static_scrape_config(job: str, targets: Sequence[tuple[str, Mapping[str, str]]]) -> str:
+    """A Prometheus config scraping each (host:port, labels) every SCRAPE_SECONDS under one job."""
+    static = "".join(
+        f"    - targets: ['{address}']\n      labels: {{{', '.join(f'{k}: {v}' for k, v in labels.items())}}}\n"
+        for address, labels in targets
+    )
+    return (
+        f"global:\n  scrape_interval: {SCRAPE_SECONDS}s\n  evaluation_interval: {SCRAPE_SECONDS}s\n"
+        f"scrape_configs:\n  - job_name: {job}\n    static_configs:\n{static}"
+    )
+
+
+@contextlib.contextmanager
+def running_prometheus(workdir: Path, config: str) -> Iterator[tuple[str, Process]]:
+    """The distribution's Prometheus on `config` (devkit's runner: ready when it yields), its URL and process;
+    stopped on exit. Fails the test, with the install hint, where there is no `prometheus`."""
+    if shutil.which("prometheus") is None:
+        pytest.fail("prometheus not found: apt-get install -y --no-install-recommends prometheus")
+    port = free_port()
+    proc = start_prometheus(config, workdir, port)
+    try:
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        proc.stop()
+
+
 @pytest.fixture(scope="session")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromEnv]:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("prometheus not found: apt-get install -y --no-install-recommends prometheus")
     tmp = tmp_path_factory.mktemp("prometheus")
     pods, servers, targets = [], [], []
     for pod, models in zip("ab", POD_MODELS, strict=True):
@@ -141,36 +167,11 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromEnv]:
         server, _ = start_http_server(port, addr="127.0.0.1", registry=registry)
         pods.append(fake)
         servers.append(server)
-        targets.append(f"    - targets: ['127.0.0.1:{port}']\n      labels: {{namespace: ml, pod: {pod}}}\n")
-    config = tmp / "prometheus.yml"
-    config.write_text(
-        f"global:\n  scrape_interval: {SCRAPE_SECONDS}s\n  evaluation_interval: {SCRAPE_SECONDS}s\n"
-        "scrape_configs:\n  - job_name: triton\n    static_configs:\n" + "".join(targets)
-    )
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = tmp / "prometheus.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tmp / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+        targets.append((f"127.0.0.1:{port}", {"namespace": "ml", "pod": pod}))
     try:
-        _wait_ready(url, proc, log)
-        yield PromEnv(url=url, pods=tuple(pods))
+        with running_prometheus(tmp, static_scrape_config("triton", targets)) as (url, _):
+            yield PromEnv(url=url, pods=tuple(pods))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
         for server in servers:
             server.shutdown()
             server.server_close()

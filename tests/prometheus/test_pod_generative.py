@@ -5,8 +5,6 @@ each pod's quantile over the window is known in advance."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -20,7 +18,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from devkit.ports import free_port
 from tailtune.tuner import prom
-from tests.prometheus.conftest import SCRAPE_SECONDS, _wait_ready
+from tests.prometheus.conftest import SCRAPE_SECONDS, running_prometheus, static_scrape_config
 
 pytestmark = pytest.mark.prometheus
 
@@ -69,9 +67,6 @@ class LlmExporter(Collector):
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("prometheus not found: apt-get install -y --no-install-recommends prometheus")
     tmp = tmp_path_factory.mktemp("prometheus-llm")
     servers, targets = [], []
     for pod in PODS:
@@ -80,37 +75,21 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         port = free_port()
         server, _ = start_http_server(port, addr=pod.host, registry=registry)
         servers.append(server)
-        targets.append(f"    - targets: ['{pod.host}:{port}']\n      labels: {{namespace: ml}}\n")
-    config = tmp / "prometheus.yml"
-    config.write_text(
-        f"global:\n  scrape_interval: {SCRAPE_SECONDS}s\n  evaluation_interval: {SCRAPE_SECONDS}s\n"
-        "scrape_configs:\n  - job_name: llm\n    static_configs:\n" + "".join(targets)
-    )
-    port = free_port()
-    address = f"http://127.0.0.1:{port}"
-    log = tmp / "prometheus.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        targets.append((f"{pod.host}:{port}", {"namespace": "ml"}))
     try:
-        _wait_ready(address, proc, log)
-        deadline = time.time() + 60
-        query = f'count_over_time({prom.TTFT_HISTOGRAM_MS}_count{{model="llm"}}[{WINDOW_S:g}s])'
-        while time.time() < deadline:  # a full window of scrapes from both pods
-            body = requests.get(f"{address}/api/v1/query", params={"query": query}, timeout=5).json()
-            counts = [float(r["value"][1]) for r in body["data"]["result"]]
-            if len(counts) == 2 and min(counts) >= WINDOW_S / SCRAPE_SECONDS - 1:
-                break
-            time.sleep(1)
-        else:
-            pytest.fail("Prometheus did not collect a full window in time")
-        yield address
+        with running_prometheus(tmp, static_scrape_config("llm", targets)) as (address, _):
+            deadline = time.time() + 60
+            query = f'count_over_time({prom.TTFT_HISTOGRAM_MS}_count{{model="llm"}}[{WINDOW_S:g}s])'
+            while time.time() < deadline:  # a full window of scrapes from both pods
+                body = requests.get(f"{address}/api/v1/query", params={"query": query}, timeout=5).json()
+                counts = [float(r["value"][1]) for r in body["data"]["result"]]
+                if len(counts) == 2 and min(counts) >= WINDOW_S / SCRAPE_SECONDS - 1:
+                    break
+                time.sleep(1)
+            else:
+                pytest.fail("Prometheus did not collect a full window in time")
+            yield address
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
         for server in servers:
             server.shutdown()
             server.server_close()

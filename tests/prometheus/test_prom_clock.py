@@ -4,8 +4,6 @@ judge names them: ClockSkew with the offset, SignalStale with the age."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
@@ -20,6 +18,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from devkit.ports import free_port
 from tailtune.operator.tuning import judge_read, read_latency
 from tailtune.tuner.prom import PrometheusReader, Target
+from tests.prometheus.conftest import running_prometheus, static_scrape_config
 from tests.unit.factories import make_isvc
 
 pytestmark = pytest.mark.prometheus
@@ -49,51 +48,34 @@ class Stamped(Collector):
 
 @pytest.fixture(scope="module")
 def prom_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("prometheus not found: apt-get install -y --no-install-recommends prometheus")
     tmp: Path = tmp_path_factory.mktemp("prometheus-clock")
     registry = CollectorRegistry()
     registry.register(Stamped("ahead", None))
     registry.register(Stamped("frozen", time.time() - FROZEN_AGE_SECONDS))
     exporter_port = free_port()
     server, _ = start_http_server(exporter_port, addr="127.0.0.1", registry=registry)
-    config = tmp / "prometheus.yml"
-    config.write_text(
-        "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: triton\n    static_configs:\n"
-        f"    - targets: ['127.0.0.1:{exporter_port}']\n      labels: {{namespace: ml}}\n"
-    )
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = tmp / "prometheus.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    config = static_scrape_config("triton", [(f"127.0.0.1:{exporter_port}", {"namespace": "ml"})])
     try:
-        deadline = time.time() + 30
-        while time.time() < deadline:  # ready, and both models scraped once
-            try:
-                ahead = {"query": "count(nv_inference_request_success)", "time": f"{time.time() + 300:.3f}"}
-                body = requests.get(f"{url}/api/v1/query", params=ahead, timeout=1).json()
-                result = body["data"]["result"]
-                if result and float(result[0]["value"][1]) >= 1:
-                    frozen = {"query": 'count(nv_inference_request_success{model="frozen"})'}
-                    if requests.get(f"{url}/api/v1/query", params=frozen, timeout=1).json()["data"]["result"]:
-                        break
-            except (requests.RequestException, ValueError, KeyError):
-                pass
-            if proc.poll() is not None:
-                pytest.fail(f"prometheus exited: {log.read_text()[-2000:]}")
-            time.sleep(0.2)
-        else:
-            pytest.fail(f"prometheus never scraped both models: {log.read_text()[-2000:]}")
-        yield url
+        with running_prometheus(tmp, config) as (url, proc):
+            deadline = time.time() + 30
+            while time.time() < deadline:  # both models scraped once
+                try:
+                    ahead = {"query": "count(nv_inference_request_success)", "time": f"{time.time() + 300:.3f}"}
+                    body = requests.get(f"{url}/api/v1/query", params=ahead, timeout=1).json()
+                    result = body["data"]["result"]
+                    if result and float(result[0]["value"][1]) >= 1:
+                        frozen = {"query": 'count(nv_inference_request_success{model="frozen"})'}
+                        if requests.get(f"{url}/api/v1/query", params=frozen, timeout=1).json()["data"]["result"]:
+                            break
+                except (requests.RequestException, ValueError, KeyError):
+                    pass
+                if proc.poll() is not None:
+                    pytest.fail(f"prometheus exited: {(tmp / 'prometheus.log').read_text()[-2000:]}")
+                time.sleep(0.2)
+            else:
+                pytest.fail(f"prometheus never scraped both models: {(tmp / 'prometheus.log').read_text()[-2000:]}")
+            yield url
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
         server.shutdown()
         server.server_close()
 
