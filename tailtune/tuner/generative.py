@@ -91,6 +91,15 @@ class GenState:
     # Lever settings whose canary was rejected, at the demand it was judged at (`remember_rejected`): not proposed
     # again at that demand within REJECTION_MEMORY_SECONDS.
     rejected: tuple[Rejection, ...] = ()
+    # The pod start measured: from a scale-out's decision to the first window that saw its replicas ready (None
+    # before any: an interval is assumed, `pod_start_seconds`), and the scale-out still waited for (its time).
+    start_seconds: float | None = None
+    scale_out_at: float | None = None
+    # Output tokens per request, from windows without a backlog (`demand`): a window with one under-reads it.
+    output_mean: float | None = None
+    # The last window's backlog raised the count the law needs (its drain, `drain_of`): the first tokens of the next
+    # window carry that queue's wait, which the count was sized for.
+    drain_sized: bool = False
 
 
 @dataclass(frozen=True)
@@ -372,28 +381,86 @@ def predict(model: GenEngineModel, levers: GenLevers, load: Load, percentile: fl
     return Prediction(running, c, wait, base, step)
 
 
-# A backlog of waiting sequences is sized to drain within this many intervals on top of the arrivals (design value:
-# within one interval the drain alone asks for replicas that start after most of it is gone).
-DRAIN_INTERVALS = 4
-
-
 def backlog(obs: GenObservation) -> float:
     """Waiting sequences beyond one a replica: at each replica a sequence or so waits for the next iteration's
     admission in steady state (admission happens at iteration boundaries), which is no backlog."""
     return max(0.0, obs.waiting - max(1, obs.replicas_ready))
 
 
-def load_of(obs: GenObservation, policy: GenPolicy, with_backlog: bool = True) -> Load | None:
-    """The window's demand: the arrival rate and mean lengths, and (`with_backlog`) the backlog to drain within
-    DRAIN_INTERVALS on top; None without traffic."""
+def load_of(obs: GenObservation, policy: GenPolicy) -> Load | None:
+    """The window's demand as it reads: the arrival rate and mean lengths (output tokens that came out per arrival);
+    None without traffic. The law sizes on `demand` and `drain_load`."""
     if obs.request_rate <= 0:
         return None
-    drain = backlog(obs) / (DRAIN_INTERVALS * policy.interval_seconds) if with_backlog else 0.0
     return Load(
-        rate=obs.request_rate + drain,
+        rate=obs.request_rate,
         prompt_mean=max(1.0, obs.prompt_tokens_per_s / obs.request_rate),
         output_mean=max(1.0, obs.output_tokens_per_s / obs.request_rate),
     )
+
+
+def demand(obs: GenObservation, policy: GenPolicy, state: GenState) -> Load | None:
+    """The arrivals' demand: `load_of` without the backlog, and under a backlog an output length no shorter than the
+    windows without one measured (`GenState.output_mean`): the output read is the tokens that came out per arrival,
+    and the waiting sequences have arrived without any of theirs coming out yet, so a window that queues
+    under-reads the length (and with it the decode time each request asks)."""
+    load = load_of(obs, policy)
+    if load is None or backlog(obs) <= 0 or state.output_mean is None:
+        return load
+    return replace(load, output_mean=max(load.output_mean, state.output_mean))
+
+
+def capacity_rps(model: GenEngineModel, levers: GenLevers, load: Load, tpot_scale: float = 1.0) -> float:
+    """Requests/s one replica starts with every KV slot busy at `load`'s lengths: the rate at which `predict`'s
+    running sequences reach the slots (Little's law on the calibrated decode step, stretched by the prefills):
+    c / (output x step(c) + c x prompt x prefill per token)."""
+    c = slots(model, levers, load)
+    ctx = load.prompt_mean + load.output_mean / 2
+    step = tpot_scale * (model.decode_base_s + model.decode_s_per_context_token * ctx * c)
+    return c / (load.output_mean * step + c * load.prompt_mean * model.prefill_s_per_token)
+
+
+def pod_start_seconds(policy: GenPolicy, state: GenState) -> float:
+    """How long a replica asked for takes to serve: the last one measured (`GenState.start_seconds`, to the window
+    end that first saw it ready), an interval before any was measured (the earliest window that can see it)."""
+    return state.start_seconds if state.start_seconds is not None else policy.interval_seconds
+
+
+def drain_seconds(policy: GenPolicy, state: GenState) -> float:
+    """The bound a backlog drains within once the replicas asked for serve: one pod start (the misses after they are
+    ready last no longer than the wait for them did), and never less than the TTFT target (a sequence served within
+    it met the target however long the queue was)."""
+    return max(pod_start_seconds(policy, state), policy.ttft_target_ms / 1000)
+
+
+@dataclass(frozen=True)
+class Drain:
+    """The backlog the law sizes for: the sequences waiting when the replicas asked now serve (those waiting now and
+    what the pods ready fall behind the arrivals by during the pod start), and the bound they drain within."""
+
+    queued: float
+    start_s: float
+    within_s: float
+
+
+def drain_of(obs: GenObservation, policy: GenPolicy, levers: GenLevers, state: GenState) -> Drain | None:
+    """The waiting backlog to drain (None without one). A pod's queue stays on that pod and new replicas serve only
+    after the pod start, so until then the pods ready carry the arrivals alone at their capacity (`capacity_rps`,
+    calibrated): the backlog grows by the arrivals beyond it over the start."""
+    arrivals = demand(obs, policy, state)
+    waiting = backlog(obs)
+    if arrivals is None or waiting <= 0:
+        return None
+    start = pod_start_seconds(policy, state)
+    carried = max(1, obs.replicas_ready) * capacity_rps(policy.engine, levers, arrivals, state.tpot_scale)
+    queued = waiting + max(0.0, arrivals.rate - carried) * start
+    return Drain(queued, start, drain_seconds(policy, state))
+
+
+def drain_load(arrivals: Load, drain: Drain | None) -> Load:
+    """The arrivals and the backlog's drain within its bound on top: the load whose aim the count asked holds while
+    the queue it finds on the pods in force drains."""
+    return arrivals if drain is None else replace(arrivals, rate=arrivals.rate + drain.queued / drain.within_s)
 
 
 def per_replica(load: Load, replicas: int) -> Load:
@@ -618,12 +685,14 @@ def decide_generative(
 ) -> GenDecision:
     """Decide the replicas and levers for the next interval.
 
-    Replicas first: the fewest whose calibrated TTFT and TPOT hold the aim (`aims_ms`) at the window's demand (a
-    backlog to drain within DRAIN_INTERVALS on top); out at once (a scale-out is not held by the cooldown: it asks
-    only for what the model says the demand needs beyond what is in force), in only after the guards of
-    `scale_in_target`. A window over a target without a backlog, whose demand the model says the replicas carry,
-    adds one replica (the model misses a cause; a backlog's TTFT is the drain's to answer). The levers move only at
-    the replica bound (`lever_change`), outside the cooldown and within the reload budget."""
+    Replicas first: the fewest whose calibrated TTFT and TPOT hold the aim (`aims_ms`) at the window's demand, a
+    waiting backlog's drain on top (`drain_of`: what waits when the replicas asked now serve, drained within a pod
+    start after, at least the TTFT target); out at once (a scale-out is not held by the cooldown: it asks only for
+    what the model says the demand and the backlog need beyond what is in force), in only after the guards of
+    `scale_in_target` (whose stabilization keeps the arrivals' need, not the drain's). A window over a target
+    without a backlog, and after no window whose backlog raised the count, whose demand the model says the
+    replicas carry, adds one replica (the model misses a cause; a backlog's TTFT is the drain's to answer). The
+    levers move only at the replica bound (`lever_change`), outside the cooldown and within the reload budget."""
     levers = in_force.levers
     cur = in_force.replicas
 
@@ -634,9 +703,17 @@ def decide_generative(
     if state.last_window_end is not None and obs.window_end <= state.last_window_end:
         return out(cur, levers, HOLD, "no new window since the last decision", state, "stale-window")
     st = replace(calibrate(state, obs, policy, levers), last_window_end=obs.window_end)
-    arrivals = load_of(obs, policy, False)
+    if st.scale_out_at is not None and obs.replicas_ready >= cur:
+        # The replicas asked serve: the pod start, to the first window end that saw them.
+        st = replace(st, start_seconds=max(0.0, obs.window_end - st.scale_out_at), scale_out_at=None)
+    arrivals = load_of(obs, policy)
     if arrivals is not None:
         st = replace(st, load=arrivals, load_requests=obs.requests)
+        if backlog(obs) <= 0 and obs.requests >= policy.min_requests:
+            w, seen_out = CALIBRATION_WEIGHT, arrivals.output_mean
+            st = replace(
+                st, output_mean=seen_out if st.output_mean is None else (1 - w) * st.output_mean + w * seen_out
+            )
     seen = f"TTFT {_fmt(obs.ttft_ms)} / {policy.ttft_target_ms:.0f}"
     seen += f", TPOT {_fmt(obs.tpot_ms)} / {policy.tpot_target_ms:.0f}"
     enough = obs.requests >= policy.min_requests
@@ -647,7 +724,7 @@ def decide_generative(
     # Within the aim and no backlog: a window that allows a scale-in (the model then says how far). The aim, not a
     # band below it: TPOT is the decode step's and moves little with the replicas, so a band under the aim on it
     # would keep every replica for good.
-    ttft_aim, tpot_aim = aims_ms(policy, load_of(obs, policy, False), st)
+    ttft_aim, tpot_aim = aims_ms(policy, arrivals, st)
     comfortable = backlog(obs) == 0 and (
         not enough
         or ((obs.ttft_ms is None or obs.ttft_ms <= ttft_aim) and (obs.tpot_ms is None or obs.tpot_ms <= tpot_aim))
@@ -657,28 +734,47 @@ def decide_generative(
         bad_windows=st.bad_windows + 1 if over else 0,
         good_windows=st.good_windows + 1 if comfortable else 0,
     )
-    load = load_of(obs, policy)
-    if load is None:
+    asked = demand(obs, policy, st)
+    load = asked
+    drain_bound = ""
+    alone: int | None = None
+    if asked is None:
         need: int | None = policy.replicas_min
         why = f"{seen}: no requests"
     else:
-        # While replicas start, the backlog is theirs to drain: size for the arrivals alone then.
-        starting = obs.replicas_ready < cur
-        need = needed_replicas(policy, levers, load_of(obs, policy, not starting) or load, st)
-        if need is None and not starting:
+        # While replicas start, the backlog was sized when they were asked (its growth over their start included):
+        # size for the arrivals alone then.
+        drain = None if obs.replicas_ready < cur else drain_of(obs, policy, levers, st)
+        load = drain_load(asked, drain)
+        alone = needed_replicas(policy, levers, asked, st)
+        need = needed_replicas(policy, levers, load, st) if drain is not None else alone
+        if need is None and drain is not None:
             # The backlog's drain asks for more than the bound: the arrivals' count, and one more to drain it.
-            alone = needed_replicas(policy, levers, load_of(obs, policy, False) or load, st)
             need = None if alone is None else min(policy.replicas_max, alone + 1)
-        why = f"{seen}: {load.rate:.2f} req/s of {load.prompt_mean:.0f}+{load.output_mean:.0f} tokens"
+        why = f"{seen}: {asked.rate:.2f} req/s of {asked.prompt_mean:.0f}+{asked.output_mean:.0f} tokens"
+        if drain is not None and need is not None and (alone is None or need > alone):
+            why += (
+                f", {drain.queued:.0f} sequences waiting when replicas asked now serve ({drain.start_s:.0f} s "
+                f"start) drained within {drain.within_s:.0f} s"
+            )
+            drain_bound = "backlog-drain"
+    # The stabilization keeps the demand's need: the arrivals'. A backlog's drain is sized once, on the window that
+    # found it (it holds no replicas for a stabilization window once the queue is gone).
+    demand_need = alone if asked is not None else need
     keep = tuple((t, n) for t, n in st.needed if now - t <= policy.scale_in_stabilization_seconds)
-    st = replace(st, needed=(*keep, (now, need if need is not None else policy.replicas_max)))
-    bound = ""
+    st = replace(st, needed=(*keep, (now, demand_need if demand_need is not None else policy.replicas_max)))
+    st = replace(st, drain_sized=bool(drain_bound))
+    bound = drain_bound
     want = need if need is not None else policy.replicas_max
-    if over and backlog(obs) == 0 and want <= cur and obs.replicas_ready >= cur and cur < policy.replicas_max:
+    # Over a target with no backlog now nor one the last window sized a drain for (this window's first tokens carry
+    # that queue's wait), and the model says the replicas in force carry the demand.
+    quiet = backlog(obs) == 0 and not state.drain_sized
+    if over and quiet and want <= cur and obs.replicas_ready >= cur and cur < policy.replicas_max:
         want, bound = cur + 1, "measured-over-model"
     want = max(policy.replicas_min, min(policy.replicas_max, want))
     if want > cur:
         code = INFEASIBLE if need is None else SCALED_OUT
+        st = replace(st, scale_out_at=now)
         return out(
             want,
             levers,

@@ -3,6 +3,7 @@ Dynamo-style planner on generated traces: tests/loop/test_generative_planner.py)
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
@@ -25,8 +26,10 @@ from tailtune.tuner.generative import (
     GenState,
     Load,
     aims_ms,
+    capacity_rps,
     decide_generative,
     erlang_c,
+    holds_aim,
     levers_of,
     needed_replicas,
     predict,
@@ -37,6 +40,7 @@ from tailtune.tuner.generative import (
     serving_with,
     slots,
 )
+from tests.sampling import cases, floor
 from tests.unit.factories import make_isvc
 
 L4 = EngineConfig(roofline=ROOFLINES["l4"])
@@ -125,6 +129,122 @@ def test_a_backlog_is_the_drains_not_measured_over_model() -> None:
     """TTFT over target with sequences waiting: the drain term sizes it, no blind extra replica."""
     d = decide_generative(GenState(), GenInForce(3), obs(rate=0.5, ttft=2500, waiting=30, ready=3), POLICY, NOW)
     assert d.bound_by != "measured-over-model"
+
+
+# Generated windows with a waiting backlog on the pods in force (the suite draws `cases(DRAIN_FAMILY)` of them).
+DRAIN_FAMILY = 400
+
+
+def drain_case(rng: random.Random) -> tuple[int, float, float, float | None]:
+    """Replicas ready (all in force), arrivals (req/s, from well within what they carry to twice past it), waiting
+    sequences and the pod start measured (None: none yet)."""
+    ready = rng.randint(1, 4)
+    return ready, rng.uniform(0.5, 5.0) * ready, ready + rng.uniform(2.0, 150.0), rng.choice([None, 10, 30, 60, 120])
+
+
+def test_one_scale_out_drains_the_backlog_within_the_bound_and_holds_the_aim() -> None:
+    """Generated arrivals, backlogs and pod starts: the count one decision asks serves, within the drain bound (a pod
+    start, at least the TTFT target) after the replicas asked are ready, the queue they find (what waits beyond a
+    sequence a pod now, plus what the pods ready fall behind the arrivals by over the pod start at the model's
+    capacity) with capacity beyond the arrivals, and holds the aim at the arrivals plus that drain; one replica fewer
+    does not (caught: the backlog was spread over 4 intervals and its growth over the pod start not sized, so the law
+    asked one replica an interval while the queue stayed on the pods in force)."""
+    policy = replace(POLICY, replicas_max=64)
+    rng = random.Random(39)
+    out = 0
+    for _ in range(cases(DRAIN_FAMILY)):
+        ready, rate, waiting, start = drain_case(rng)
+        o = obs(rate=rate, ttft=5000, waiting=waiting, ready=ready)
+        d = decide_generative(GenState(start_seconds=start), GenInForce(ready), o, policy, NOW)
+        n = d.replicas
+        assert n < policy.replicas_max, (ready, rate, waiting, start, d.describe())  # the family stays feasible
+        start_s = start if start is not None else policy.interval_seconds
+        within = max(start_s, policy.ttft_target_ms / 1000)
+        arrivals = Load(rate, 600, 200)
+        capacity = capacity_rps(MODEL, GenLevers(), arrivals)
+        queued = (waiting - ready) + max(0.0, rate - ready * capacity) * start_s
+        case = (ready, rate, waiting, start, n, d.describe())
+        assert n * capacity - rate >= queued / within, case
+        drained = replace(arrivals, rate=rate + queued / within)
+        assert holds_aim(policy, GenLevers(), drained, n, d.state), case
+        if n > ready:
+            out += 1
+            assert d.reason_code == SCALED_OUT and not holds_aim(policy, GenLevers(), drained, n - 1, d.state), case
+    assert out >= floor(200, DRAIN_FAMILY)
+
+
+def test_a_longer_queue_never_asks_fewer() -> None:
+    """The queue the replicas asked find grows with what waits now: the count asked never falls with it, and a queue
+    the pods in force cannot drain within the bound asks more than the arrivals alone need."""
+    o = obs(rate=6.0, ttft=5000, waiting=0, ready=2)
+    alone = decide_generative(GenState(), GenInForce(2), o, POLICY, NOW).replicas
+    by_queue = [
+        decide_generative(GenState(), GenInForce(2), replace(o, waiting=w), POLICY, NOW).replicas
+        for w in (10, 40, 120, 300)
+    ]
+    assert by_queue == sorted(by_queue) and by_queue[-1] > by_queue[0] >= alone, (alone, by_queue)
+
+
+def test_a_drains_replicas_are_not_held_by_the_stabilization_once_the_queue_is_gone() -> None:
+    """The stabilization keeps the arrivals' need, not the drain's: a scale-out the backlog sized leaves the
+    arrivals' count in `needed`, so once the queue is gone and the windows are within the aim the scale-in goes
+    back to that count, not to the drain's (no scale-in under the backlog itself)."""
+    o = obs(rate=6.0, ttft=5000, waiting=120, ready=2)
+    d = decide_generative(GenState(), GenInForce(2), o, POLICY, NOW)
+    alone = needed_replicas(POLICY, GenLevers(), Load(6.0, 600, 200), GenState())
+    assert alone is not None and d.replicas > alone and d.bound_by == "backlog-drain", d.describe()
+    assert d.state.needed[-1] == (NOW, alone)
+    good = replace(d.state, good_windows=5)
+    assert scale_in_target(d.replicas, alone, good, obs(rate=6.0, ready=d.replicas), POLICY, NOW + 60)[0] == max(
+        alone, d.replicas - d.replicas // 2
+    )
+    assert scale_in_target(d.replicas, alone, good, o, POLICY, NOW + 60) == (d.replicas, "no-scale-in-under-backlog")
+
+
+def test_the_pod_start_is_measured_from_the_scale_out_to_the_window_that_sees_it_ready() -> None:
+    """A scale-out at t; a window at t + 30 with the new replicas still starting asks no more (their count was
+    sized for the queue they find) and measures nothing; the window at t + 60 that sees them ready measures a 60 s
+    start, which the next backlog is sized with."""
+    policy = replace(POLICY, replicas_max=16)
+    d = decide_generative(GenState(), GenInForce(1), obs(rate=5.0, ttft=6000, waiting=40, ready=1), policy, NOW)
+    assert d.reason_code == SCALED_OUT and d.state.scale_out_at == NOW and d.state.start_seconds is None
+    inf = GenInForce(1).after(d, NOW)
+    later = obs(rate=5.0, ttft=9000, waiting=80, ready=1, end=NOW + 30)
+    d2 = decide_generative(d.state, inf, later, policy, NOW + 30)
+    assert d2.replicas == d.replicas and not d2.changed and d2.state.start_seconds is None, d2.describe()
+    ready = obs(rate=5.0, ttft=1500, ready=d.replicas, end=NOW + 60)
+    d3 = decide_generative(d2.state, inf.after(d2, NOW + 30), ready, policy, NOW + 60)
+    assert d3.state.start_seconds == 60 and d3.state.scale_out_at is None
+
+
+def test_a_backlog_window_sizes_on_the_output_length_measured_without_one() -> None:
+    """Output length is read as tokens out per arrival: a window that queues under-reads it (its waiting sequences
+    arrived with no token out). Under a backlog the law sizes on the length of the windows without one; without a
+    backlog on the window's own."""
+    calm = decide_generative(
+        GenState(), GenInForce(2), replace(obs(rate=2.0), output_tokens_per_s=400 * 2.0), POLICY, NOW
+    )
+    assert calm.state.output_mean == pytest.approx(400)
+    short = replace(obs(rate=5.0, ttft=6000, waiting=30, ready=2, end=NOW + 30), output_tokens_per_s=150 * 5.0)
+    long = replace(short, output_tokens_per_s=400 * 5.0)
+    remembered = decide_generative(calm.state, GenInForce(2), short, POLICY, NOW + 30)
+    as_read = decide_generative(calm.state, GenInForce(2), long, POLICY, NOW + 30)
+    assert (
+        remembered.replicas
+        == as_read.replicas
+        > decide_generative(GenState(), GenInForce(2), short, POLICY, NOW).replicas
+    )
+    quiet = replace(obs(rate=2.0, end=NOW + 30), output_tokens_per_s=150 * 2.0)
+    assert "+150 tokens" in decide_generative(calm.state, GenInForce(2), quiet, POLICY, NOW + 30).message
+
+
+def test_the_window_after_a_drain_is_sized_is_the_drains_not_measured_over_model() -> None:
+    """TTFT over target right after a window whose backlog raised the count (the drain sized for it): its first
+    tokens are that queue's; no blind extra replica (caught: one more asked as the backlog drained). After a window
+    whose backlog the count already carried, measured-over-model still adds one."""
+    after = decide_generative(GenState(drain_sized=True), GenInForce(3), obs(rate=0.5, ttft=2500, ready=3), POLICY, NOW)
+    assert after.bound_by != "measured-over-model" and after.replicas == 3
+    assert decide_generative(GenState(), GenInForce(3), obs(rate=0.5, ttft=2500, ready=3), POLICY, NOW).replicas == 4
 
 
 def test_the_aim_keeps_the_floor_replicas_do_not_move() -> None:
