@@ -169,7 +169,13 @@ def decide_surge(
     # waits past the SLO whatever the batcher does, and a growing queue only waits longer.
     within_slo = full_rps * policy.slo_ms / 1000.0
     queue_past = window.pending_max > within_slo and window.fullest_growth_rps > 0
-    asks = window.demand_rps * policy.demand_margin / max(per_replica.carries(), 1e-9)
+    # Replicas the window's demand asks for; where a replica of the batching in force carries nothing within the aim,
+    # no count of them does: every replica the spec allows is asked (the tick is the one to change the batching).
+    carries = per_replica.carries()
+    if carries > 0:
+        asks = window.demand_rps * policy.demand_margin / carries
+    else:
+        asks = math.inf if window.demand_rps > 0 else 0.0
     doubled = growing and asks >= PANIC_THRESHOLD * n
     at_slo = candidate(curve, mb, delay, policy.model_copy(update={"headroom": NO_HEADROOM}), tuner.calibration)
     # (A batching that holds the SLO at no load is the tick's to change: more replicas of it hold it no better.)
@@ -195,13 +201,14 @@ def decide_surge(
     if window.pods < n and surge.scaled_out_at is not None:
         startup_s = max(0.0, startup_s - (now - surge.scaled_out_at).total_seconds())
     queued_then = window.pending_max + max(0.0, window.fullest_growth_rps) * startup_s
-    for_demand = math.ceil(asks)
+    for_demand = math.ceil(asks) if math.isfinite(asks) else policy.replicas_max
     for_queue = drain_replicas(full_rps, queued_then, window.demand_rps, policy)
     want = min(policy.replicas_max, max(n, for_demand, for_queue))
+    no_replica_carries = "a replica of the batching in force carries none of the demand within the aim"
     cause = (
         "the queue outgrows the SLO"
         if growing and queue_past
-        else f"the demand asks {asks:.1f} replicas"
+        else (f"the demand asks {asks:.1f} replicas" if math.isfinite(asks) else no_replica_carries)
         if growing
         else f"the demand is {window.demand_rps / max(n * at_slo.carries(), 1e-9):.1f}x what {n} replica(s) carry "
         "within the SLO"
@@ -211,8 +218,9 @@ def decide_surge(
         return SurgeDecision(
             True, n, False, f"{seen}: {cause}; {n} replica(s) in force{limit}", st, window.demand_rps, growing_for
         )
+    demand_asks = str(for_demand) if math.isfinite(asks) else f"{for_demand}, the most allowed"
     reason = (
-        f"{seen}: {cause}; {n} -> {want} replica(s) at once (the demand asks {for_demand}; the fullest pod's "
+        f"{seen}: {cause}; {n} -> {want} replica(s) at once (the demand asks {demand_asks}; the fullest pod's "
         f"{queued_then:.0f} requests by the time new pods serve drain in time with {for_queue}), queue growing "
         f"for {growing_for:.0f} s"
     )

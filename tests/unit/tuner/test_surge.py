@@ -3,6 +3,7 @@ hand-computed edges (a queue that drains in time, a surge past the SLO, the scal
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -197,3 +198,22 @@ def test_fast_path_check_keeps_the_panic_window() -> None:
     assert d.scale_out and k == 25
     assert (d.state.last_check - min(r.at for r in fp.reads[0])).total_seconds() <= PANIC_WINDOW_SECONDS
     assert inf.replicas == d.replicas and st.too_few
+
+
+def test_a_batching_that_carries_nothing_within_the_aim_asks_the_most_replicas_and_says_so() -> None:
+    """An SLO below what one request of the batching in force takes within the aim: a replica carries none of the
+    demand, so the demand asks every replica the spec allows, and the reason says that instead of a count divided by
+    zero (caught: "the demand asks 4718036879124" in the Event)."""
+    policy = POLICY.model_copy(update={"slo_ms": 2.5})  # aim 2 ms, below t(1) = 2.4 ms
+    assert candidate(Curve(BUILD), 8, 0, policy, 1.0).carries() == 0
+    cap = safe_capacity(Curve(BUILD), 8, 0)
+    w = _window([(0, 0)], [(3 * cap * 6, cap * 6)])
+    d = decide_surge(
+        w, SurgeState(), InForce(batching=MB8, replicas=1), TunerState(), policy, T0 + timedelta(seconds=6)
+    )
+    assert d.scale_out and d.replicas == policy.replicas_max
+    assert f"the demand asks {policy.replicas_max}, the most allowed" in d.reason
+    assert max(len(digits) for digits in re.findall(r"\d+", d.reason)) <= 6, d.reason
+    idle = _window([(0, 0)], [(0, 0)])
+    quiet = decide_surge(idle, SurgeState(), InForce(batching=MB8, replicas=1), TunerState(), policy, T0)
+    assert not quiet.scale_out and quiet.replicas == 1
