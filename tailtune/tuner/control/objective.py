@@ -78,9 +78,7 @@ class Candidate:
     max_batch: int
     delay_us: int
     capacity_rps: float  # full batches back to back
-    # Most load within the aim (calibrated), at most the capacity: the target utilisation is applied once, as the
-    # demand's margin on the load a plan carries (`Policy.demand_margin`), not again here.
-    robust_rps: float
+    robust_rps: float  # most load within the aim (calibrated), capped by capacity at the target utilisation
     extrapolated: bool
     burst_rps: float = 0.0  # what survives a burst: the capacity, past the most efficient batch what full ones drain
 
@@ -174,14 +172,13 @@ def candidate(curve: Curve, max_batch: int, delay_us: int, policy: Policy, calib
     full = MS_PER_S * max_batch / t(max_batch)
     if full < cap:
         # Past the most efficient batch a greedy batcher keeps up only while batches stay small; one burst that
-        # fills them runs away to slow full batches. Planned load is what full batches still drain (the load
-        # planned carries the demand's margin: no second one here).
-        robust = min(robust, full)
+        # fills them runs away to slow full batches. Planned load is what full batches still drain.
+        robust = min(robust, policy.util_target * full)
     return Candidate(
         max_batch=max_batch,
         delay_us=delay_us,
         capacity_rps=cap,
-        robust_rps=min(robust, cap),
+        robust_rps=min(robust, policy.util_target * cap),
         extrapolated=max_batch > curve.largest,
         burst_rps=min(cap, full),
     )
