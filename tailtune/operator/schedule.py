@@ -121,8 +121,12 @@ class Schedule:
                 slot.task = asyncio.create_task(self._run_one(key, kind, slot), name=f"tailtune-{kind}")
             self._changed.clear()
             wait = self._heap[0][0] - now if self._heap else None
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the inner result when a cancel meets a
+            # wait that has just ended (cpython gh-86296), and a cancel swallowed here is a schedule that never
+            # stops (a unit test hung for its whole 600 s timeout in CI).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self._changed.wait()
 
     async def _run_one(self, key: Hashable, kind: str, slot: _Slot) -> None:
         seconds: float | None = None
