@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 
 from devkit.demo import Plan, demo_service, engine_store_manifests
 from devkit.procs import processes_mentioning
+from tests.children import run_to_end
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,10 +53,9 @@ def test_the_engine_store_is_a_hostpath_volume_bound_to_the_claim(tmp_path: Path
 @pytest.mark.timeout(480)
 def test_quick_demo_brings_p99_under_the_slo_after_the_load_step(tmp_path: Path) -> None:
     out, work = tmp_path / "out", tmp_path / "work"
-    result = subprocess.run(
+    result = run_to_end(
         [sys.executable, "-m", "devkit.demo", "--quick", "--out", str(out), "--workdir", str(work)],
-        cwd=REPO, capture_output=True, text=True, timeout=450, check=False,
-        env={**os.environ, "COLUMNS": "160"},
+        cwd=REPO, timeout=450, env={**os.environ, "COLUMNS": "160"},
     )  # fmt: skip
     logs = "\n".join(
         f"--- {p.name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-40:])

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from devkit.procs import processes_mentioning
+from tests.children import run_to_end
 
 pytestmark = pytest.mark.e2e
 
@@ -30,9 +30,9 @@ AGREEMENT = 0.05
 @pytest.mark.timeout(330)
 def test_generative_service_holds_ttft_and_tpot_through_a_load_step(tmp_path: Path) -> None:
     out, work = tmp_path / "out", tmp_path / "work"
-    result = subprocess.run(
+    result = run_to_end(
         [sys.executable, "-m", "devkit.demo", "--generative", "--quick", "--out", str(out), "--workdir", str(work)],
-        cwd=REPO, capture_output=True, text=True, timeout=300, check=False, env={**os.environ, "COLUMNS": "160"},
+        cwd=REPO, timeout=300, env={**os.environ, "COLUMNS": "160"},
     )  # fmt: skip
     logs = "\n".join(
         f"--- {p.name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-40:])
