@@ -37,7 +37,7 @@ from tailtune.operator.status import (
     SERVING_WATCHED,
 )
 from tailtune.operator.ticks import FleetReads, read_request, seconds_to_next_tick, tick_phase
-from tailtune.operator.tuning import parse_isvc, slo_condition_moved, tune_step
+from tailtune.operator.tuning import forget_stats_unavailable, parse_isvc, slo_condition_moved, tune_step
 from tailtune.operator.watched import ParsedBodies
 from tailtune.triton.stats import BatchStatsReader
 from tailtune.tuner.prom import HttpPromClient, PodWindow, Target, read_pod_windows
@@ -170,6 +170,7 @@ class State:
         self.bodies.pop(key, None)
         self.locks.pop(key, None)
         self.batch_stats.pop(key, None)
+        forget_stats_unavailable(key)
         self.cluster.echoes.forget(key)
         self.cluster.pod_ips.forget(key)
         self.cluster.children.forget(key)

@@ -492,8 +492,13 @@ def judged_hold(state: TunerState, applied: InForce, observation: Observation, r
     return hold(st, applied, read.problem, f"{read.message}; holding the config, never acting on it", missing=True)
 
 
-# The last reason each object's batch statistics were unavailable ("namespace/name" -> the error's text).
-_STATS_UNAVAILABLE: dict[str, str] = {}
+# The last reason each object's batch statistics were unavailable ((namespace, name) -> the error's text).
+_STATS_UNAVAILABLE: dict[tuple[str, str], str] = {}
+
+
+def forget_stats_unavailable(key: tuple[str, str]) -> None:
+    """The object's statistics were read again, or it is gone: its next failure is said again."""
+    _STATS_UNAVAILABLE.pop(key, None)
 
 
 async def _live_batch_stats(
@@ -503,17 +508,18 @@ async def _live_batch_stats(
     are the cluster's list at the Deployment's version (`watched.PodIps`): no API request at rest."""
     if batch_stats is None:
         return ()
+    key = (isvc.metadata.namespace, isvc.metadata.name)
     try:
         ips = await cluster.ready_pod_ips(isvc)
         deltas = await asyncio.to_thread(batch_stats.read, [f"{ip}:{GRPC_PORT}" for ip in ips])
     except Exception as exc:  # statistics are a refinement: without them the build's curve stands
-        key, said = f"{isvc.metadata.namespace}/{isvc.metadata.name}", str(exc)
+        said = str(exc)
         # Said once per object while the reason stays (at 1,000 objects a line per tick buried the log).
         level = logging.DEBUG if _STATS_UNAVAILABLE.get(key) == said else logging.INFO
         _STATS_UNAVAILABLE[key] = said
-        log.log(level, "%s: Triton batch statistics unavailable (the build's curve stands): %s", key, said)
+        log.log(level, "%s/%s: Triton batch statistics unavailable (the build's curve stands): %s", *key, said)
         return ()
-    _STATS_UNAVAILABLE.pop(f"{isvc.metadata.namespace}/{isvc.metadata.name}", None)
+    forget_stats_unavailable(key)
     return tuple(BatchSample(batch=b, count=n, ms=ms) for b, n, ms in deltas if n > 0 and ms > 0)
 
 
