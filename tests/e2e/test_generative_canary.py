@@ -16,7 +16,6 @@ canary pod served in its window, the times from the load's start, and the reques
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import threading
@@ -26,9 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
-from rich.console import Console
 
-from devkit.checkout import find_checkout
 from devkit.demo import Demo
 from devkit.llm.demo import OUTPUT
 from devkit.llm.load import Lengths, StreamingLoad, StreamRecord
@@ -39,6 +36,7 @@ from tailtune.operator.inforce import llm_in_force
 from tailtune.triton.control import get_model_config_json
 from tailtune.triton.trtllm_config import llm_serving_from_config
 from tailtune.tuner.generative import levers_of
+from tests.demo.test_rollout_operator import demo_env
 
 pytestmark = pytest.mark.e2e
 
@@ -108,55 +106,44 @@ def _client_p99_ttft(records: list[StreamRecord], target: str, start: float, end
 @pytest.mark.timeout(330)
 def test_a_lever_canary_is_judged_on_its_own_ttft_and_rejected(tmp_path: Path) -> None:
     doc = example()
-    args = argparse.Namespace(
-        quick=True, duration=None, low_rps=RATE_RPS, high_rps=RATE_RPS, out=tmp_path / "out",
-        workdir=tmp_path / "work", operator_command=None,
-    )  # fmt: skip
-    demo = Demo(args, Console(stderr=True), find_checkout(), example=doc)
-    name, model = demo.name, demo.model
     figures: list[str] = []
-    try:
-        with demo.stack:
-            demo.prepare_workdir()
-            cluster = demo.cluster = demo.up_cluster()
-            demo.install(cluster)
-            demo.start_components(cluster)
-            doc["spec"]["metrics"]["prometheusUrl"] = demo.prometheus_url
-            cluster.apply(doc)
-            demo.wait("two Ready Triton pods", READY_S, lambda: len(demo.ready_pod_ips(cluster)) == 2)
-            spec_settings = InferenceService.model_validate(demo.isvc(cluster)).spec.llm_serving()
-            pods = demo.ready_pod_ips(cluster)
+    with demo_env(tmp_path, doc, "generative canary") as env:
+        demo, cluster = env.demo, env.cluster
+        name, model = demo.name, demo.model
+        doc["spec"]["metrics"]["prometheusUrl"] = demo.prometheus_url
+        cluster.apply(doc)
+        demo.wait("two Ready Triton pods", READY_S, lambda: len(demo.ready_pod_ips(cluster)) == 2)
+        spec_settings = InferenceService.model_validate(demo.isvc(cluster)).spec.llm_serving()
+        pods = demo.ready_pod_ips(cluster)
 
-            def targets() -> list[str]:
-                return [f"{ip}:{UPSTREAM_GRPC_PORT}" for ip in demo.ready_pod_ips(cluster)] or [
-                    f"{ip}:{UPSTREAM_GRPC_PORT}" for ip in pods
-                ]
+        def targets() -> list[str]:
+            return [f"{ip}:{UPSTREAM_GRPC_PORT}" for ip in demo.ready_pod_ips(cluster)] or [
+                f"{ip}:{UPSTREAM_GRPC_PORT}" for ip in pods
+            ]
 
-            load = StreamingLoad(targets, model, [Phase(0, RATE_RPS)], 300.0, PROMPT, OUTPUT, seed=39, streams=2,
-                                 drain_timeout_s=30.0)  # fmt: skip
-            runner = threading.Thread(target=load.run, name="streaming-load", daemon=True)
-            runner.start()
-            t0 = time.monotonic()
-            try:
-                i, _, started = _wait_event(demo, name, "CanaryStarted", VERDICT_S)
-                t_started = time.monotonic() - t0
-                canary = started.split(":", 1)[0].removeprefix("canary ").strip()
-                j, kind, rejected = _wait_event(demo, name, "CanaryRejected", VERDICT_S, after=i)
-                seen_rejected = time.monotonic()
-                t_rejected = seen_rejected - t0
-                # At the verdict: the canary is back on the settings in force, which are the spec's.
-                live = {ip: llm_serving_from_config(get_model_config_json(f"{ip}:{UPSTREAM_GRPC_PORT}", model))
-                        for ip in pods}  # fmt: skip
-                isvc = InferenceService.model_validate(demo.isvc(cluster))
-                # The law's next canary (after the cooldown) tries other settings.
-                _, _, second = _wait_event(demo, name, "CanaryStarted", NEXT_S, after=j)
-                t_second = time.monotonic() - t0
-            finally:
-                load.stop()
-                runner.join(60)
-            records = load.snapshot()
-    finally:
-        demo.verify_nothing_left()
+        load = StreamingLoad(targets, model, [Phase(0, RATE_RPS)], 300.0, PROMPT, OUTPUT, seed=39, streams=2,
+                             drain_timeout_s=30.0)  # fmt: skip
+        runner = threading.Thread(target=load.run, name="streaming-load", daemon=True)
+        runner.start()
+        t0 = time.monotonic()
+        try:
+            i, _, started = _wait_event(demo, name, "CanaryStarted", VERDICT_S)
+            t_started = time.monotonic() - t0
+            canary = started.split(":", 1)[0].removeprefix("canary ").strip()
+            j, kind, rejected = _wait_event(demo, name, "CanaryRejected", VERDICT_S, after=i)
+            seen_rejected = time.monotonic()
+            t_rejected = seen_rejected - t0
+            # At the verdict: the canary is back on the settings in force, which are the spec's.
+            live = {ip: llm_serving_from_config(get_model_config_json(f"{ip}:{UPSTREAM_GRPC_PORT}", model))
+                    for ip in pods}  # fmt: skip
+            isvc = InferenceService.model_validate(demo.isvc(cluster))
+            # The law's next canary (after the cooldown) tries other settings.
+            _, _, second = _wait_event(demo, name, "CanaryStarted", NEXT_S, after=j)
+            t_second = time.monotonic() - t0
+        finally:
+            load.stop()
+            runner.join(60)
+        records = load.snapshot()
 
     # The judge's window ended at its tick, within the half second before the Event was seen.
     client = _client_p99_ttft(records, f"{canary}:{UPSTREAM_GRPC_PORT}", seen_rejected - WINDOW_S - 1.0, seen_rejected)
