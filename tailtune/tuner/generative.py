@@ -190,8 +190,7 @@ MIN_REQUESTS = 20
 # two-sided 99 %, so the same demand read again is taken for a new one once in a hundred windows.
 DEMAND_NOISE_Z = 2.576
 # And never less than this share of the larger: a demand a quarter apart or nearer is one for the levers' effect
-# (design value: the law's slots and waits move little within it; the demo's step, 1.5 -> 4 req/s of 256 -> 1024-token
-# prompts, is well past it).
+# (a design value, not measured: the law's slots and waits move little within it).
 SAME_DEMAND_SHARE = 0.25
 # How long a rejected canary's levers stay out of the law's proposals: the reload budget's hour (a change the budget
 # would allow again is worth a new canary once the hour has moved on).
