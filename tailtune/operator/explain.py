@@ -31,7 +31,7 @@ from tailtune.operator.tuning import (
     policy_for,
     read_latency,
 )
-from tailtune.tuner.law import CANDIDATE_CALIBRATION, best_plan, decide
+from tailtune.tuner.law import CANDIDATE_CALIBRATION, best_plan, decide, demand_margin
 from tailtune.tuner.prom import TRITON_SUMMARY_QUANTILES, Breakdown, PrometheusReader, Target
 from tailtune.tuner.servicetime import Curve, merged
 from tailtune.tuner.types import Decision, Observation
@@ -131,7 +131,7 @@ def would_take(isvc: InferenceService, observation: Observation, decision: Decis
         lifted = policy.model_copy(update={"replicas_max": max(policy.replicas_max, _REPLICAS_ASKED)})
         # The law's share of the calibration for configs other than the one in force.
         mild = min(CANDIDATE_CALIBRATION[1], max(CANDIDATE_CALIBRATION[0], state.calibration))
-        plan = best_plan(curve, demand * policy.demand_margin, lifted, mild)
+        plan = best_plan(curve, demand * demand_margin(decision.state, policy), lifted, mild)
         replicas = plan.replicas if plan.feasible else None
         why = "" if plan.feasible else f"no replica count up to {_REPLICAS_ASKED} carries it"
     slo_ms = isvc.spec.slo.latency_ms

@@ -60,6 +60,7 @@ from tailtune.tuner.control.decision import (
     hold,
 )
 from tailtune.tuner.control.guards import Proposal
+from tailtune.tuner.control.limits import limits, measured_margin
 from tailtune.tuner.control.objective import (
     BURST_GAIN,
     CANDIDATE_CALIBRATION,
@@ -96,13 +97,21 @@ __all__ = [
     "NO_TRAFFIC", "REJECTED_DEMAND_SHARE", "REPLICAS_NOT_READY", "SCALED_IN", "SCALED_OUT", "SETTLED", "SHARE_GAIN",
     "SIGNAL_MISSING", "SLO_INFEASIBLE", "STALE_WINDOW", "SWITCH_GAIN", "WINDOW_ALREADY_SEEN", "WITHIN_BAND",
     "Candidate", "Plan", "_Reading", "_capacity", "_measured_sizes", "_share_gained", "best_plan",
-    "candidate", "candidate_delays", "candidate_sizes", "decide", "drain_replicas", "hold", "is_fragile",
-    "ramp_rps_per_s", "rejected_now", "safe_capacity", "share",
+    "candidate", "candidate_delays", "candidate_sizes", "decide", "demand_margin", "drain_replicas", "hold",
+    "is_fragile", "ramp_rps_per_s", "rejected_now", "safe_capacity", "share",
 ]  # fmt: skip
 
 # Rejections and too-few counts remembered, each (oldest dropped first): a bound on the annotation that keeps the
 # state.
 MAX_REJECTED = 10
+
+
+def demand_margin(state: TunerState, policy: Policy) -> float:
+    """The margin on the demand the law plans with after the window `state` last kept (`limits.measured_margin`:
+    the demand's own variability over its memory, else the utilisation target's fixed margin)."""
+    recent = state.recent_demand
+    measured = measured_margin(recent, limits(policy, state), policy) if recent else None
+    return measured if measured is not None else policy.fixed_margin
 
 
 def decide(state: TunerState, in_force: InForce, observation: Observation, policy: Policy, now: datetime) -> Decision:
@@ -132,7 +141,7 @@ def decide(state: TunerState, in_force: InForce, observation: Observation, polic
     for guard in guards.HOLDS:
         if (held := guard(t)) is not None:
             return held
-    p, _ = guards.choose(t.plan, t.current, in_force, t.r, t.relieve, policy, t.avoid, t.in_share, t.peak_need_rps)
+    p, _ = guards.choose(t.plan, t.current, in_force, t.r, t.relieve, t.policy, t.avoid, t.in_share, t.peak_need_rps)
     p = guards.band_keeps_batching(p, t)
     for limit in (*guards.SCALE_IN, guards.drain_floor, guards.queue_over_model):
         p = limit(p, t)

@@ -117,6 +117,9 @@ class Policy(_Frozen):
     scale_in_stabilization_seconds: float | None = None
     # Scale out ahead of demand that repeats (spec.tuning.forecast.enabled; `tailtune.tuner.forecast`).
     forecast: bool = False
+    # The margin the demand's own variability calls for, measured this tick (`control.limits.measured_margin`);
+    # None: not measured (the fixed margin of the utilisation target).
+    measured_margin: float | None = None
 
     @classmethod
     def from_spec(
@@ -172,7 +175,13 @@ class Policy(_Frozen):
 
     @property
     def demand_margin(self) -> float:
-        """Capacity a config must have per unit of measured demand (queueing headroom)."""
+        """Capacity a config must have per unit of measured demand: the margin measured this tick where there is
+        one, else that of the utilisation target."""
+        return self.measured_margin if self.measured_margin is not None else self.fixed_margin
+
+    @property
+    def fixed_margin(self) -> float:
+        """The margin of the utilisation target (queueing headroom), for a demand whose variability is unknown."""
         return 1.0 / self.util_target
 
     @property
@@ -277,7 +286,7 @@ class TunerState(_Frozen):
     last_reason_code: str = ""
     # Configs a canary rejected (newest last); `law` skips them near the load they failed at.
     rejected: tuple[RejectedConfig, ...] = ()
-    # Replica counts scaled out of for confirmed bad windows (newest last); scale-in stops above them.
+    # Replica counts scaled out of (newest last) with the demand then; scale-in stops above them near that demand.
     too_few: tuple[TooFewReplicas, ...] = ()
     # The replica count last seen all ready, and the end of the first window that saw it so after a scale-out (or
     # after a pod came back): a window that starts before then was served in part by fewer pods.

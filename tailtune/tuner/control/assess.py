@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from tailtune.tuner.control.limits import Limits, limits, upper_demand_rps
+from tailtune.tuner.control.limits import Limits, limits, measured_margin, upper_demand_rps
 from tailtune.tuner.control.objective import (
     CANDIDATE_CALIBRATION,
     DRAIN_INTERVALS,
@@ -81,6 +81,8 @@ def assess(st: TunerState, in_force: InForce, obs: Observation, policy: Policy, 
     """The plan for this window and the config in force weighed against it (see the module docstring)."""
     r, curve, recent = w.r, w.curve, w.recent
     lim = limits(policy, st)
+    # The demand's margin, from its own variability where its history measures it: the tick's policy carries it.
+    policy = policy.model_copy(update={"measured_margin": measured_margin(recent, lim, policy)})
     # A sustained ramp is met where it will be by the time a change shows and is confirmed, not where it is.
     ahead = r.demand_rps + ramp_rps_per_s(recent) * RAMP_HORIZON_INTERVALS * policy.interval_seconds
     load = max(r.demand_rps * policy.demand_margin, ahead) + r.backlog / (DRAIN_INTERVALS * policy.interval_seconds)
@@ -180,7 +182,7 @@ def _foretold_mended(
     if plan.feasible:
         return True
     r = w.r
-    sudden = partial(obs, r, w.rising) or (w.rising and recurs(w.recent, policy.demand_margin))
+    sudden = partial(obs, r, w.rising) or (w.rising and recurs(w.recent, policy.fixed_margin))
     if sudden:
         return False
     if plan.share is None and plan.replicas * plan.candidate.carries() >= r.demand_rps:

@@ -310,7 +310,9 @@ def scale_in_within_slo(p: Proposal, t: Tick) -> Proposal:
 
 
 def scale_in_above_too_few(p: Proposal, t: Tick) -> Proposal:
-    """Never a scale-in to a count that broke the aim lately at this demand or less: the model was wrong there."""
+    """Never a scale-in to a count scaled out of lately at this demand or a quarter less (`REJECTED_DEMAND_SHARE`):
+    hysteresis on the count, as the band is on the latency: a demand that wanders about a plan's step, or walks
+    back up, finds the count it needed there."""
     n = t.in_force.replicas
     if p.replicas >= n:
         return p

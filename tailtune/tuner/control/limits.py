@@ -4,6 +4,7 @@ the plan, the guards and the act read; and the demand's upper bound over the lea
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -70,3 +71,31 @@ def upper_demand_rps(recent: tuple[tuple[datetime, float], ...], lim: Limits) ->
         default=0.0,
     )
     return max(peak, now_rps + max(0.0, rise))
+
+
+# Standard errors of a window's request count (Poisson) within which a demand is taken as the same: 2.576, the
+# two-sided 99 % point of the normal distribution (the margin covers the noise of the one window read).
+DEMAND_NOISE_Z = 2.576
+
+
+def measured_margin(recent: tuple[tuple[datetime, float], ...], lim: Limits, policy: Policy) -> float | None:
+    """The margin the demand's own variability calls for: its upper bound over the lead time (`upper_demand_rps`)
+    over its present value, and the largest factor it fell by within a lead time over its memory (a demand that
+    halves within a lead time can double as fast: a random walk's steps go both ways); at least the window's
+    sampling noise (a Poisson count over the interval), at most the fixed margin of the utilisation target. None
+    (the fixed margin) before the demand's history covers its memory: how far it moves within a lead time is not
+    known yet."""
+    end, now_rps = recent[-1]
+    span = (end - recent[0][0]).total_seconds() + lim.interval_s
+    if now_rps <= 0 or span < lim.memory_s:
+        return None
+    noise = 1.0 + DEMAND_NOISE_Z / math.sqrt(now_rps * lim.interval_s)
+    fell = max(
+        (
+            a / b
+            for (ta, a), (tb, b) in itertools.combinations(recent, 2)
+            if 0 < (tb - ta).total_seconds() <= lim.lead_s and b > 0
+        ),
+        default=1.0,
+    )
+    return min(policy.fixed_margin, max(noise, upper_demand_rps(recent, lim) / now_rps, fell))

@@ -12,7 +12,7 @@ from tailtune.tuner import law
 from tailtune.tuner.control import gates, guards
 from tailtune.tuner.control.assess import Tick, assess
 from tailtune.tuner.control.guards import Proposal
-from tailtune.tuner.control.limits import limits, upper_demand_rps
+from tailtune.tuner.control.limits import DEMAND_NOISE_Z, limits, measured_margin, upper_demand_rps
 from tailtune.tuner.control.objective import Candidate, Plan
 from tailtune.tuner.control.reading import Reading, read_window
 from tailtune.tuner.model import predict
@@ -257,6 +257,34 @@ def test_upper_demand_bound_covers_the_lookback_peak_and_a_rise_seen_within_a_le
     assert upper_demand_rps(((at[0], 1600.0), *flat[1:]), hpa) == 1600.0
     measured = limits(POLICY, TunerState(startup_seconds=90.0))
     assert measured.lead_s == POLICY.interval_seconds + 90.0
+
+
+def test_measured_margin_is_the_demands_own_variability_within_the_fixed_one() -> None:
+    """Caught: every plan carried the utilisation target's fixed margin (x1.18) whatever the demand did, so a
+    smooth demand paid for variability it never showed. The margin is the demand's upper bound over the lead time
+    over its present value or the factor it fell by within one, at least a window's Poisson noise, at most the
+    fixed margin; unknown (the fixed one)
+    before the history covers the demand's memory."""
+    lim = limits(POLICY, TunerState())
+    n = round(lim.memory_s / POLICY.interval_seconds)
+    at = [NOW - timedelta(seconds=30 * i) for i in range(n, -1, -1)]
+    flat = tuple((t, 1000.0) for t in at)
+    noise = 1.0 + DEMAND_NOISE_Z / math.sqrt(1000.0 * POLICY.interval_seconds)
+    assert measured_margin(flat, lim, POLICY) == noise < POLICY.fixed_margin
+    # Short of the memory: not measured.
+    assert measured_margin(flat[-3:], lim, POLICY) is None
+    # A rise of 5 % within a lead time somewhere in the memory: that rise is the margin.
+    wiggle = ((at[0], 1000.0), (at[1], 1050.0), *((t, 1000.0) for t in at[2:]))
+    assert math.isclose(measured_margin(wiggle, lim, POLICY) or 0.0, 1.05)
+    # A fall by 6 % within a lead time: it may rise as much.
+    dip = ((at[0], 1060.0), (at[1], 1000.0), *((t, 1000.0) for t in at[2:]))
+    assert math.isclose(measured_margin(dip, lim, POLICY) or 0.0, 1.06)
+    # A rise past the fixed margin: the fixed margin (never more than v2 planned for).
+    jump = ((at[0], 500.0), (at[1], 1000.0), *((t, 1000.0) for t in at[2:]))
+    assert measured_margin(jump, lim, POLICY) == POLICY.fixed_margin
+    # The tick plans with it: a smooth history plans less load than the fixed margin would.
+    tick = _tick(state=TunerState(recent_demand=tuple((t, 2000.0) for t in at[:-1])))
+    assert tick.policy.demand_margin < POLICY.fixed_margin and tick.load_rps < 2000.0 * POLICY.fixed_margin
 
 
 def test_guard_scale_in_above_too_few_stops_above_a_count_that_broke_the_aim() -> None:
