@@ -458,7 +458,10 @@ class Demo:
                 if change is not None and change != last_change:
                     last_change = change
                     at = max(0.0, round(change[0] - wall_start, 1))
-                    decisions.append(Decision(at, change[1], tick.decision))
+                    # The reason code says which step this is (a canary started, promoted, rolled back, or a
+                    # scale): a promotion repeats the reason of the change it promotes.
+                    said = f"{tick.tuner}: {tick.decision}" if tick.tuner else tick.decision
+                    decisions.append(Decision(at, change[1], said))
                 ticks.append(tick)
                 buckets.update(load.samples)
                 now = int(t)
