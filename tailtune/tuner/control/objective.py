@@ -260,6 +260,12 @@ def best_plan(
         for d in candidate_delays(curve, b, policy)
     ]
     cands = [c for c in every if not avoided(c.max_batch, c.delay_us, avoid)] or every
+    # Keeping up comes before avoiding: a config left for breaking the SLO (or rejected by a canary) still answers
+    # the demand late, one that cannot drain it on every replica allowed answers less and less of it, its queue
+    # growing without bound. Where no config left in keeps up with the demand, the avoided ones are back in.
+    demand = load_rps / policy.demand_margin
+    if not any(c.capacity_rps * policy.replicas_max >= demand for c in cands):
+        cands = every
     best = max(cands, key=lambda c: (c.carries(), -c.max_batch, -c.delay_us))
     if best.carries() <= 0:
         best = max(cands, key=lambda c: (c.capacity_rps, -c.max_batch))
@@ -283,7 +289,6 @@ def best_plan(
         policy = policy.model_copy(update={"headroom": NO_HEADROOM})
         cands = [candidate(curve, c.max_batch, c.delay_us, policy, calibration) for c in cands]
     if need > policy.replicas_max:
-        demand = load_rps / policy.demand_margin
         # Keeping up comes first: a config that cannot carry the demand collapses into a backlog.
         keeping = [c for c in cands if c.capacity_rps * policy.util_target * policy.replicas_max >= load_rps]
         # As where the SLO holds: a burst past the plan (like the highest demand seen lately) must not find a

@@ -354,3 +354,21 @@ def test_decide_names_what_bound_it() -> None:
     eight = IN_FORCE.model_copy(update={"replicas": 8})
     d = law.decide(calm, eight, CALM.model_copy(update={"ready_replicas": 8}), POLICY, NOW)
     assert (d.reason_code, d.replicas, d.bound_by) == (law.SCALED_IN, 4, "scale-in-by-half")
+
+
+def test_plan_keeps_up_with_the_demand_before_it_avoids_a_config() -> None:
+    """Caught: short of the SLO at every config, the configs left for breaking it (the larger batches, which alone
+    keep up) were avoided, and the plan took the most capacity among the rest: a max batch whose capacity on every
+    replica allowed is below the demand, a queue that grew for minutes (seen in bench/tuner/run.py --cost, an
+    on/off trace whose peak no config holds within the SLO). Avoiding a config never costs keeping up."""
+    curve = Curve(POLICY.build_curve)
+    policy = POLICY.model_copy(update={"replicas_max": 2})
+    caps = {b: law.candidate(curve, b, 0, policy, 1.0).capacity_rps for b in (8, 16, 32)}
+    demand = 2 * (caps[16] + caps[32]) / 2  # only max batch 32 keeps up on 2 replicas
+    assert 2 * caps[16] < demand <= 2 * caps[32]
+    avoid = frozenset({(32, 0), (24, 0)})
+    plan = law.best_plan(curve, demand * policy.demand_margin, policy, 1.0, backlog=True, avoid=avoid)
+    assert plan.candidate.capacity_rps * policy.replicas_max >= demand, plan
+    # Where a config left in keeps up, the avoided ones stay out.
+    plan = law.best_plan(curve, 0.5 * demand * policy.demand_margin, policy, 1.0, backlog=True, avoid=avoid)
+    assert (plan.candidate.max_batch, plan.candidate.delay_us) not in avoid, plan
