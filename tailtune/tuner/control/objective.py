@@ -262,10 +262,11 @@ def best_plan(
     cands = [c for c in every if not avoided(c.max_batch, c.delay_us, avoid)] or every
     # Keeping up comes before avoiding: a config left for breaking the SLO (or rejected by a canary) still answers
     # the demand late, one that cannot drain it on every replica allowed answers less and less of it, its queue
-    # growing without bound. Where no config left in keeps up with the demand, the avoided ones are back in.
-    demand = load_rps / policy.demand_margin
-    if not any(c.capacity_rps * policy.replicas_max >= demand for c in cands):
+    # growing without bound. Where no config left in keeps up with the load (at the utilisation target, as
+    # `keeping` below), the avoided ones are back in.
+    if not any(c.capacity_rps * policy.util_target * policy.replicas_max >= load_rps for c in cands):
         cands = every
+    demand = load_rps / policy.demand_margin
     best = max(cands, key=lambda c: (c.carries(), -c.max_batch, -c.delay_us))
     if best.carries() <= 0:
         best = max(cands, key=lambda c: (c.capacity_rps, -c.max_batch))
