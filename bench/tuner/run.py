@@ -315,7 +315,8 @@ def _cost_segments(
 def cost_scenarios(seed: int = COST_SEED, count: int | None = None) -> list[Scenario]:
     """The family the cost targets are about: an hour of a daily swing or of on/off phases on a fleet (4-8
     replicas, the peak 0.6-0.9 of what they carry within the SLO), every curve family, 1-2 instances. Each starts
-    at the most replicas and the start config (where static-max stays)."""
+    at the most replicas and the start config (where static-max stays); tailtune runs with the surge fast path,
+    as the operator does by default."""
     rng = np.random.default_rng(seed)
     measured = sorted(MEASURED.glob("*.csv")) if MEASURED.exists() else []
     families = [f for f in COST_FAMILIES if f != "measured" or measured]
@@ -346,6 +347,7 @@ def cost_scenarios(seed: int = COST_SEED, count: int | None = None) -> list[Scen
             interval_s=INTERVAL,
             start_max_batch=min(start, curve.engine_max),
             seed=9000 + i + seed % 100_000,
+            fast_path=True,  # as the operator runs (TAILTUNE_FAST_PATH unset): an on-switch is a surge
         )
         name = f"{i:03d}-{family}-{trace}-r{replicas_max}-i{instances}-s{setup.start_max_batch}"
         out.append(Scenario(name, family, trace, setup))
