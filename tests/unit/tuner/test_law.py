@@ -750,7 +750,8 @@ def _near(a: int, b: int) -> bool:
 
 def test_i_a_config_that_failed_at_a_demand_is_not_adopted_again_at_it_or_more() -> None:
     """A config rejected (by a canary, or left for breaking the SLO) at demand D is not planned again, nor a
-    neighbour at its delay, at any demand from 0.75 D up, while the memory is fresh."""
+    neighbour at its delay, at any demand from 0.75 D up, while the memory is fresh; unless no other config keeps up
+    with the load (keeping up comes first)."""
     rng = np.random.default_rng(901)
     checked = 0
     for i in range(CASES):
@@ -770,7 +771,18 @@ def test_i_a_config_that_failed_at_a_demand_is_not_adopted_again_at_it_or_more()
             # Short of the SLO whatever the config, the batching in force may stay (no cut in capacity under a
             # backlog): that keeps it, it does not adopt it again.
             continue
-        sizes = [s for s in law.candidate_sizes(_curve(case.policy, d), case.policy) if not _near(s, b.max_batch_size)]
+        curve = _curve(case.policy, d)
+        others = [
+            law.candidate(curve, s, delay, case.policy, 1.0)
+            for s in law.candidate_sizes(curve, case.policy)
+            for delay in law.candidate_delays(curve, s, case.policy)
+            if not (delay == b.max_queue_delay_microseconds and _near(s, b.max_batch_size))
+        ]
+        most = max((c.capacity_rps for c in others), default=0.0) * case.policy.util_target * case.policy.replicas_max
+        if d.infeasible and most < demand * law.demand_margin(d.state, case.policy):
+            # Keeping up comes before avoiding: no config left in keeps up with the load (`best_plan`).
+            continue
+        sizes = [s for s in law.candidate_sizes(curve, case.policy) if not _near(s, b.max_batch_size)]
         if not sizes:
             continue  # every candidate is a neighbour: nothing else to plan
         checked += 1
