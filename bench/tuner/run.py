@@ -149,6 +149,39 @@ def _segments(kind: str, peak: float, duration: float, rng: np.random.Generator)
 SEED = 20261130
 
 
+def _draw_curve(rng: np.random.Generator, family: str, i: int, measured: list[Path]) -> tuple[PiecewiseCurve, float]:
+    """A scenario's curve (drawn, or the i-th measured one) and its SLO: 2.5-5x the time of one of its batches."""
+    engine_max = int(rng.choice([32, 64, 128]))
+    curve = read_curve(measured[i % len(measured)]) if family == "measured" else _curve(family, rng, engine_max)
+    ref = int(rng.choice([b for b, _ in curve.points if b >= 2] or [1]))
+    return curve, float(rng.uniform(2.5, 5.0)) * curve.ms(ref)
+
+
+def _fleet(
+    curve: PiecewiseCurve,
+    segs: list[tuple[float, float, float]],
+    slo: float,
+    instances: int,
+    replicas_max: int,
+    start: int,
+    seed: int,
+    **extra: Any,
+) -> Setup:
+    """A scenario that starts at its most replicas (where the static policies stay) and the start's max batch."""
+    return Setup(
+        curve=curve,
+        segments=tuple((float(a), float(b), float(r)) for a, b, r in segs),
+        slo_ms=slo,
+        instances=instances,
+        replicas=replicas_max,
+        replicas_max=replicas_max,
+        interval_s=INTERVAL,
+        start_max_batch=min(start, curve.engine_max),
+        seed=seed,
+        **extra,
+    )
+
+
 def scenarios(quick: bool, seed: int = SEED, count: int | None = None) -> list[Scenario]:
     """The family, from fixed seeds (another `seed` draws another family: an out-of-sample check)."""
     rng = np.random.default_rng(seed)
@@ -160,27 +193,23 @@ def scenarios(quick: bool, seed: int = SEED, count: int | None = None) -> list[S
     for i in range(count):
         family = families[i % len(families)]
         trace = TRACES[(i // len(families)) % len(TRACES)]
-        engine_max = int(rng.choice([32, 64, 128]))
-        curve = read_curve(measured[i % len(measured)]) if family == "measured" else _curve(family, rng, engine_max)
-        ref = int(rng.choice([b for b, _ in curve.points if b >= 2] or [1]))
-        slo = round(float(rng.uniform(2.5, 5.0)) * curve.ms(ref), 2)
+        curve, slo = _draw_curve(rng, family, i, measured)
+        slo = round(slo, 2)
         replicas_max = int(rng.integers(1, 5))
         instances = int(rng.choice([1, 1, 2]))
         start = int(rng.choice([1, 8, curve.engine_max]))
         peak = float(rng.uniform(0.45, 0.85)) * replicas_max * _capacity_within(curve, slo)
         segs = _segments(trace, peak, duration, rng)
-        setup = Setup(
-            curve=curve,
-            segments=tuple((float(a), float(b), float(r)) for a, b, r in segs),
-            slo_ms=slo,
-            instances=instances,
-            replicas=replicas_max,
-            replicas_max=replicas_max,
-            interval_s=INTERVAL,
-            start_max_batch=min(start, curve.engine_max),
+        setup = _fleet(
+            curve,
+            segs,
+            slo,
+            instances,
+            replicas_max,
+            start,
+            1000 + i + (0 if seed == SEED else seed % 100_000),
             p99_noise=0.15 if trace == "noise" else 0.0,
             gap=(duration / 3 + INTERVAL, 3) if trace == "gap" else None,
-            seed=1000 + i + (0 if seed == SEED else seed % 100_000),
         )
         name = f"{i:03d}-{family}-{trace}-r{replicas_max}-i{instances}-s{setup.start_max_batch}"
         out.append(Scenario(name, family, trace, setup))
@@ -324,10 +353,7 @@ def cost_scenarios(seed: int = COST_SEED, count: int | None = None) -> list[Scen
     for i in range(count or 8):
         family = families[i % len(families)]
         trace = COST_TRACES_LONG[i % len(COST_TRACES_LONG)]
-        engine_max = int(rng.choice([32, 64, 128]))
-        curve = read_curve(measured[i % len(measured)]) if family == "measured" else _curve(family, rng, engine_max)
-        ref = int(rng.choice([b for b, _ in curve.points if b >= 2] or [1]))
-        slo = float(rng.uniform(2.5, 5.0)) * curve.ms(ref)
+        curve, slo = _draw_curve(rng, family, i, measured)
         slower = max(1.0, _capacity_within(curve, slo) / COST_REPLICA_RPS_MAX)
         if slower > 1.0:
             curve = PiecewiseCurve(tuple((b, round(ms * slower, 4)) for b, ms in curve.points), curve.label)
@@ -337,18 +363,8 @@ def cost_scenarios(seed: int = COST_SEED, count: int | None = None) -> list[Scen
         start = int(rng.choice([1, 8, curve.engine_max]))
         peak = float(rng.uniform(0.6, 0.9)) * replicas_max * _capacity_within(curve, slo)
         segs = _cost_segments(trace, peak, INTERVAL, rng)
-        setup = Setup(
-            curve=curve,
-            segments=tuple((float(a), float(b), float(r)) for a, b, r in segs),
-            slo_ms=slo,
-            instances=instances,
-            replicas=replicas_max,
-            replicas_max=replicas_max,
-            interval_s=INTERVAL,
-            start_max_batch=min(start, curve.engine_max),
-            seed=9000 + i + seed % 100_000,
-            fast_path=True,  # as the operator runs (TAILTUNE_FAST_PATH unset): an on-switch is a surge
-        )
+        # The surge fast path on, as the operator runs it (TAILTUNE_FAST_PATH unset): an on-switch is a surge.
+        setup = _fleet(curve, segs, slo, instances, replicas_max, start, 9000 + i + seed % 100_000, fast_path=True)
         name = f"{i:03d}-{family}-{trace}-r{replicas_max}-i{instances}-s{setup.start_max_batch}"
         out.append(Scenario(name, family, trace, setup))
     return out
