@@ -6,9 +6,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from tailtune.offline.whatif import Setup, run_policy, summarize
 from tailtune.sim.curves import PiecewiseCurve
+from tailtune.tuner.control import assess
 from tests.sampling import cases
 
 # A day's swing in the simulator: long enough that the falling half outlasts the demand's memory (the HPA's 300 s,
@@ -54,3 +56,52 @@ def test_the_tuner_gives_back_replicas_on_a_diurnal_falling_half_while_windows_h
         assert tuned["replica_seconds"] < static_max_s - setup.interval_s, (i, tuned["replica_seconds"])
         fair = tuned["windows_excluding_steps"]
         assert tuned["windows_in_slo_excluding_steps"] >= 0.99 * fair, (i, tuned["windows_in_slo_excluding_steps"])
+
+
+# A day long against the demand's memory (the HPA's 300 s): an hour, an interval a segment, so the margin the demand's
+# own variability calls for is measured over most of it.
+LONG_DAY_S = 3600.0
+
+
+def _long_day(rng: np.random.Generator) -> Setup:
+    """A smooth hour-long cosine day on 4-6 replicas of a slow linear curve (few requests: a fast run), started at the
+    most replicas."""
+    a = float(rng.uniform(20.0, 40.0))
+    c = a / float(rng.uniform(8, 30))
+    curve = PiecewiseCurve(tuple((b, round(a + c * b, 3)) for b in (1, 2, 4, 8, 16, 32)), "linear")
+    replicas = int(rng.integers(4, 7))
+    peak = float(rng.uniform(0.6, 0.8)) * replicas * 1000.0 * 8 / curve.ms(8)
+    low = peak * float(rng.uniform(0.2, 0.35))
+    n = round(LONG_DAY_S / 30.0)
+    segs = tuple(
+        (i * 30.0, (i + 1) * 30.0, low + (peak - low) * (1 - math.cos(2 * math.pi * (i + 0.5) / n)) / 2)
+        for i in range(n)
+    )
+    return Setup(
+        curve=curve,
+        segments=segs,
+        slo_ms=round(4.0 * curve.ms(8), 2),
+        replicas=replicas,
+        replicas_max=replicas,
+        start_max_batch=8,
+        seed=int(rng.integers(1, 10_000)),
+    )
+
+
+def test_the_measured_margin_gives_back_what_the_fixed_one_held_on_a_smooth_day_and_keeps_the_windows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Caught: a plan that carries the utilisation target's fixed margin (x1.18) on a demand whose own variability
+    over its memory is a few percent pays for replicas nothing calls for; and a measured margin so thin that
+    windows break the SLO. The same day twice, the margin measured (the law) and fixed (`measured_margin` -> None):
+    the law pays fewer replica-seconds, and holds the SLO in the windows."""
+    rng = np.random.default_rng(3802)
+    for i in range(max(1, cases(8) // 4)):
+        setup = _long_day(rng)
+        measured = summarize(setup, "tailtune", run_policy(setup, "tailtune"))
+        with monkeypatch.context() as m:
+            m.setattr(assess, "measured_margin", lambda *_: None)
+            fixed = summarize(setup, "tailtune", run_policy(setup, "tailtune"))
+        assert measured["replica_seconds"] < fixed["replica_seconds"], (i, measured["replica_seconds"])
+        held = measured["windows_in_slo_excluding_steps"]
+        assert held >= 0.99 * measured["windows_excluding_steps"], (i, held)
