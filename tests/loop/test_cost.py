@@ -19,29 +19,43 @@ DAY_S = 1200.0
 SEGMENTS = 24
 
 
-def _diurnal(rng: np.random.Generator) -> Setup:
-    """A linear curve (a fixed cost per batch and a cost per request), a cosine day from a low to a peak that the
-    most replicas carry at 45-75 % of their capacity, started at the most replicas."""
-    a = float(rng.uniform(4.0, 10.0))
+def _cosine_day(
+    rng: np.random.Generator,
+    day_s: float,
+    segments: int,
+    batch_cost_ms: tuple[float, float],
+    replicas: tuple[int, int],
+    peak_share: tuple[float, float],
+    low_share: tuple[float, float],
+) -> Setup:
+    """A linear curve (a fixed cost per batch drawn from `batch_cost_ms` and a cost per request), a cosine day of
+    `segments` steps from a low (a `low_share` of the peak) to a peak that the most replicas carry at a
+    `peak_share` of their capacity, started at the most replicas (drawn from `replicas`, upper bound excluded)."""
+    a = float(rng.uniform(*batch_cost_ms))
     c = a / float(rng.uniform(8, 30))
     curve = PiecewiseCurve(tuple((b, round(a + c * b, 3)) for b in (1, 2, 4, 8, 16, 32)), "linear")
-    replicas = int(rng.integers(3, 5))
-    peak = float(rng.uniform(0.45, 0.75)) * replicas * 1000.0 * 8 / curve.ms(8)
-    low = peak * float(rng.uniform(0.1, 0.3))
-    step = DAY_S / SEGMENTS
+    most = int(rng.integers(*replicas))
+    peak = float(rng.uniform(*peak_share)) * most * 1000.0 * 8 / curve.ms(8)
+    low = peak * float(rng.uniform(*low_share))
+    step = day_s / segments
     segs = tuple(
-        (i * step, (i + 1) * step, low + (peak - low) * (1 - math.cos(2 * math.pi * (i + 0.5) / SEGMENTS)) / 2)
-        for i in range(SEGMENTS)
+        (i * step, (i + 1) * step, low + (peak - low) * (1 - math.cos(2 * math.pi * (i + 0.5) / segments)) / 2)
+        for i in range(segments)
     )
     return Setup(
         curve=curve,
         segments=segs,
         slo_ms=round(4.0 * curve.ms(8), 2),
-        replicas=replicas,
-        replicas_max=replicas,
+        replicas=most,
+        replicas_max=most,
         start_max_batch=8,
         seed=int(rng.integers(1, 10_000)),
     )
+
+
+def _diurnal(rng: np.random.Generator) -> Setup:
+    """A day on 3-4 replicas whose peak the most replicas carry at 45-75 % of their capacity."""
+    return _cosine_day(rng, DAY_S, SEGMENTS, (4.0, 10.0), (3, 5), (0.45, 0.75), (0.1, 0.3))
 
 
 def test_the_tuner_gives_back_replicas_on_a_diurnal_falling_half_while_windows_hold_the_slo() -> None:
@@ -64,28 +78,9 @@ LONG_DAY_S = 3600.0
 
 
 def _long_day(rng: np.random.Generator) -> Setup:
-    """A smooth hour-long cosine day on 4-6 replicas of a slow linear curve (few requests: a fast run), started at the
-    most replicas."""
-    a = float(rng.uniform(20.0, 40.0))
-    c = a / float(rng.uniform(8, 30))
-    curve = PiecewiseCurve(tuple((b, round(a + c * b, 3)) for b in (1, 2, 4, 8, 16, 32)), "linear")
-    replicas = int(rng.integers(4, 7))
-    peak = float(rng.uniform(0.6, 0.8)) * replicas * 1000.0 * 8 / curve.ms(8)
-    low = peak * float(rng.uniform(0.2, 0.35))
-    n = round(LONG_DAY_S / 30.0)
-    segs = tuple(
-        (i * 30.0, (i + 1) * 30.0, low + (peak - low) * (1 - math.cos(2 * math.pi * (i + 0.5) / n)) / 2)
-        for i in range(n)
-    )
-    return Setup(
-        curve=curve,
-        segments=segs,
-        slo_ms=round(4.0 * curve.ms(8), 2),
-        replicas=replicas,
-        replicas_max=replicas,
-        start_max_batch=8,
-        seed=int(rng.integers(1, 10_000)),
-    )
+    """A smooth hour-long cosine day on 4-6 replicas of a slow linear curve (few requests: a fast run), an interval
+    a segment."""
+    return _cosine_day(rng, LONG_DAY_S, round(LONG_DAY_S / 30.0), (20.0, 40.0), (4, 7), (0.6, 0.8), (0.2, 0.35))
 
 
 def test_the_measured_margin_gives_back_what_the_fixed_one_held_on_a_smooth_day_and_keeps_the_windows(
