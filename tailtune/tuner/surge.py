@@ -29,7 +29,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from tailtune.tuner.control.objective import NO_HEADROOM
-from tailtune.tuner.law import GROWTH_SHARE, MAX_REJECTED, candidate, drain_replicas, safe_capacity
+from tailtune.tuner.law import (
+    DRAIN_INTERVALS,
+    GROWTH_SHARE,
+    MAX_REJECTED,
+    candidate,
+    drain_replicas,
+    safe_capacity,
+)
 from tailtune.tuner.servicetime import Curve, merged
 from tailtune.tuner.types import InForce, Policy, TooFewReplicas, TunerState
 
@@ -219,12 +226,26 @@ def decide_surge(
             True, n, False, f"{seen}: {cause}; {n} replica(s) in force{limit}", st, window.demand_rps, growing_for
         )
     demand_asks = str(for_demand) if math.isfinite(asks) else f"{for_demand}, the most allowed"
+    drain = _drain_said(full_rps, queued_then, window, want, policy)
     reason = (
         f"{seen}: {cause}; {n} -> {want} replica(s) at once (the demand asks {demand_asks}; the fullest pod's "
-        f"{queued_then:.0f} requests by the time new pods serve drain in time with {for_queue}), queue growing "
-        f"for {growing_for:.0f} s"
+        f"{queued_then:.0f} requests by the time new pods serve {drain}), queue growing for {growing_for:.0f} s"
     )
     return SurgeDecision(True, want, True, reason, replace(st, scaled_out_at=now), window.demand_rps, growing_for)
+
+
+def _drain_said(full_rps: float, queued: float, window: SurgeWindow, want: int, policy: Policy) -> str:
+    """How the fullest pod's queue drains on `want` replicas, said as it is: within the law's drain time
+    (`drain_replicas`), or, where no count the spec allows drains it that fast, in how long (its full batches less
+    its share of the demand), or never at that demand."""
+    planned_s = DRAIN_INTERVALS * policy.interval_seconds
+    room = full_rps - window.demand_rps / max(1, want)
+    drain_s = queued / room if room > 0 else math.inf
+    if drain_s <= planned_s:
+        return f"drain within {planned_s:.0f} s with {want}"
+    if math.isfinite(drain_s):
+        return f"drain in about {drain_s:.0f} s with {want}, past the {planned_s:.0f} s planned: the most allowed"
+    return f"do not drain at this demand even with {want}, the most allowed"
 
 
 def record_scale_out(

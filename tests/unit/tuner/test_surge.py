@@ -10,7 +10,7 @@ import numpy as np
 
 from tailtune.api.v1alpha1 import Batching
 from tailtune.tuner.control.objective import NO_HEADROOM
-from tailtune.tuner.law import candidate, decide, safe_capacity
+from tailtune.tuner.law import DRAIN_INTERVALS, candidate, decide, safe_capacity
 from tailtune.tuner.loop import FastPath
 from tailtune.tuner.servicetime import Curve, CurvePoint
 from tailtune.tuner.surge import (
@@ -63,6 +63,42 @@ def test_a_surge_past_the_slo_scales_out_at_once() -> None:
     assert d.panic and d.scale_out
     assert d.replicas >= 4
     assert "queue" in d.reason and "1 -> " in d.reason
+
+
+def test_the_scale_out_says_how_long_the_fullest_pods_queue_takes_to_drain() -> None:
+    """The Event says the fullest pod's queue drains within the law's drain time only where the count asked does
+    that; where even the most replicas the spec allows cannot (the pod's full batches less its share of the demand
+    are too few), it says in about how long (caught: an Event that said "drain in time" for every count, also where
+    the drain took minutes past the planned time)."""
+    cap = safe_capacity(Curve(BUILD), 8, 0)
+    planned_s = DRAIN_INTERVALS * POLICY.interval_seconds
+    inf = InForce(batching=MB8, replicas=1)
+    at = T0 + timedelta(seconds=6)
+    # 6 s at 1.5x capacity on one pod: a queue a few replicas drain within the planned time.
+    small = decide_surge(_window([(0, 0)], [(0.5 * cap * 6, cap * 6)]), SurgeState(), inf, TunerState(), POLICY, at)
+    assert small.scale_out and small.replicas < POLICY.replicas_max, small.reason
+    assert f"drain within {planned_s:.0f} s with {small.replicas}" in small.reason, small.reason
+    # 4x capacity on a pod that already holds minutes of its capacity: no count drains it that fast.
+    queued = 5 * planned_s * cap
+    big = decide_surge(
+        _window([(queued, 0)], [(queued + 3 * cap * 6, cap * 6)]), SurgeState(), inf, TunerState(), POLICY, at
+    )
+    assert big.scale_out and big.replicas == POLICY.replicas_max, big.reason
+    said = re.search(r"drain in about (\d+) s with (\d+), past the (\d+) s planned", big.reason)
+    assert said is not None, big.reason
+    demand = (3 * cap * 6 + cap * 6) / 6
+    expected_s = float(said.group(1))
+    assert int(said.group(2)) == POLICY.replicas_max and float(said.group(3)) == planned_s
+    # What the most replicas leave the fullest pod to drain with: its full batches less its share of the demand.
+    assert expected_s > planned_s
+    assert abs(expected_s - _queued_then(big.reason) / (cap - demand / POLICY.replicas_max)) <= 1.0
+
+
+def _queued_then(reason: str) -> float:
+    """The fullest pod's queue by the time new pods serve, as the Event says it."""
+    m = re.search(r"the fullest pod's (\d+) requests", reason)
+    assert m is not None, reason
+    return float(m.group(1))
 
 
 def _t_one() -> float:
