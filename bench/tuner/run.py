@@ -484,9 +484,9 @@ def _cost_section(m_all: list[tuple[dict[str, float], dict[str, Any]]]) -> list[
         "## Cost: replica-seconds",
         "",
         "Each replica counts from its request (it holds its device while it starts) until it is let go. min-cost: per "
-        "window the fewest replicas and a config of the oracle's sweep that hold the SLO, each scale-out requested one "
-        "pod start (30 s) ahead, replayed in the simulator; static-max: the most replicas and the start config. Fair "
-        "windows: outside steps, where the oracle holds the SLO.",
+        "window the fewest replicas and a config of the oracle's sweep that hold the SLO on the window entered with an "
+        "empty queue, each scale-out requested one pod start (30 s) ahead, replayed in the simulator; static-max: the "
+        "most replicas and the start config. Fair windows: outside steps, where the oracle holds the SLO.",
         "",
         "| group | n | tailtune / min-cost max / p90 / median | worst | saving vs static-max min / p10 / median "
         "| worst | min-cost's own saving min / median | goodput/oracle min / median "

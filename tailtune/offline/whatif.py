@@ -12,8 +12,9 @@ Every policy sees the same arrivals (same seed) on the same curve. Policies:
 - `oracle`: per interval, the best of a sweep of static configs at the most replicas (clairvoyant, no reload
   cost); an upper bound, not a policy one could run;
 - `min-cost`: the fewest replica-seconds a clairvoyant plan pays: per interval, the fewest replicas at which a
-  config of the same sweep holds the SLO on that interval (held static over the trace at that count) and that
-  config, each scale-out requested one pod start (the simulator's) ahead; replayed in the simulator;
+  config of the same sweep holds the SLO on that interval entered with an empty queue (as it is where the intervals
+  before were held) and that config, each scale-out requested one pod start (the simulator's) ahead; replayed in
+  the simulator;
 - `static-max`: the most replicas and the start config, never changed (what a fleet sized for the peak pays).
 
 Goodput is the requests answered within the SLO per second. Replica-seconds are what the fleet pays over the
@@ -53,6 +54,9 @@ Floats = npt.NDArray[np.float64]
 # steps" counts.
 STEP_SHARE = 0.2
 STEP_WINDOWS = 2
+# How long after the trace's (or a judged window's) end a request still queued is waited for before it counts as
+# never answered (a bound on the simulation, far past any SLO judged here).
+LATE_S = 60.0
 
 
 class InputError(ValueError):
@@ -232,7 +236,7 @@ def _finish(run: Run, sim: SimCluster, setup: Setup) -> Run:
     run.replica_seconds_ready = sim.replica_seconds(setup.end_s, ready_only=True)
     run.shed = sim.shed()
     run.first_pod_queue_max = sim.pending_peak(0, setup.end_s)
-    sim.advance(setup.end_s + 60.0)  # what is still queued then is lost
+    sim.advance(setup.end_s + LATE_S)  # what is still queued then is lost
     run.arrivals, run.latency = sim.outcomes()
     return run
 
@@ -476,16 +480,44 @@ def oracle_windows(setup: Setup) -> tuple[Floats, Floats, list[tuple[int, int]]]
     return best_good, best_pct, best_cfg
 
 
+@functools.lru_cache(maxsize=8)
+def _window_sweep(setup: Setup, replicas: int) -> tuple[tuple[tuple[int, int], Floats, Floats], ...]:
+    """Each config of the sweep at `replicas` on each window's arrivals alone, from an empty queue: (config,
+    per-window goodput, percentile). What a count holds in a window it enters without a backlog, as it does where
+    the windows before were held: a static run at a low count through the whole trace carries the backlog of an
+    earlier peak into every later window, and would ask for replicas a quiet window does not need."""
+    arr = _arrivals(setup)
+    n = round(setup.end_s / setup.interval_s)
+    iv = setup.interval_s
+    bounds = np.searchsorted(arr, np.arange(n + 1) * iv, side="left")
+    bounds[-1] = len(arr)  # as `windows_goodput`: the last window keeps what arrives after its nominal end
+    out = []
+    for mb, delay in sweep_configs(setup):
+        good, pct = np.zeros(n), np.zeros(n)
+        for w in range(n):
+            window = arr[bounds[w] : bounds[w + 1]] - w * iv
+            if not len(window):
+                continue
+            sim = _cluster(setup, window, _batching(mb, delay), replicas)
+            sim.advance(iv + LATE_S)  # what is still queued then is lost, as in `_finish`
+            latency = sim.outcomes()[1]
+            good[w] = float(np.count_nonzero(latency * 1000 <= setup.slo_ms)) / iv
+            pct[w] = float(np.percentile(latency, setup.percentile, method="higher")) * 1000
+        out.append(((mb, delay), good, pct))
+    return tuple(out)
+
+
 def min_cost_plan(setup: Setup) -> list[tuple[int, int, int]]:
-    """Per window (replicas, max batch, delay): the fewest replicas at which a config of the sweep, held static
-    over the trace at that count, holds the SLO on the window, and such a config (the window before's where it
-    holds too, so nothing reloads for nothing; else the one with the most goodput). Where none holds at the most
-    replicas, the oracle's choice: the most replicas and the most goodput."""
+    """Per window (replicas, max batch, delay): the fewest replicas at which a config of the sweep holds the SLO on
+    the window entered without a backlog (`_window_sweep`), and such a config (the window before's where it holds
+    too, so nothing reloads for nothing; else the one with the most goodput). Where none holds at the most
+    replicas, the oracle's choice: the most replicas and the most goodput. The replay (`run_min_cost`) shows what
+    the plan holds when a window's backlog does carry over."""
     n = round(setup.end_s / setup.interval_s)
     # Per window, its count and the configs that hold there with their goodput; counts rise until all are found.
     found: list[tuple[int, list[tuple[tuple[int, int], float]]] | None] = [None] * n
     for replicas in range(1, setup.replicas_max + 1):
-        sweep = _sweep(setup, replicas)
+        sweep = _window_sweep(setup, replicas)
         for w in range(n):
             if found[w] is None:
                 holding = [(cfg, float(good[w])) for cfg, good, pct in sweep if pct[w] <= setup.slo_ms]

@@ -80,6 +80,19 @@ def test_min_cost_asks_for_the_fewest_replicas_one_pod_start_ahead(pod_start_s: 
     assert summarize(setup, "oracle")["replica_seconds"] == pytest.approx(360.0)  # every replica from t = 0
 
 
+def test_min_cost_gives_back_a_replica_a_quiet_window_does_not_need_after_a_peak() -> None:
+    """260 req/s for 90 s (two replicas of 200 req/s hold it, one falls behind by 60 req/s), then 50 req/s (one
+    holds it). min-cost pays two replicas for the peak and one from its end (2 x 90 + 1 x 180 = 360), every window
+    in the SLO in the replay (caught: a plan that judged each count on a run held at that count through the whole
+    trace, where one replica still drained the peak's 5,400 requests in the quiet windows after it: two replicas
+    there too, 420)."""
+    setup = Setup(LINEAR_5MS, ((0.0, 90.0, 260.0), (90.0, 270.0, 50.0)), 50.0, replicas=2, replicas_max=2, seed=3)
+    s = summarize(setup, "min-cost")
+    assert [w["replicas"] for w in s["timeline"]] == [2, 2, 2, 1, 1, 1, 1, 1, 1]
+    assert s["replica_seconds"] == pytest.approx(360.0)
+    assert s["windows_in_slo"] == s["windows"] == 9
+
+
 def test_min_cost_where_nothing_holds_takes_the_most_replicas() -> None:
     """At 600 req/s two replicas of 200 req/s fall behind whatever the config: min-cost pays for both, all along."""
     setup = Setup(LINEAR_5MS, ((0.0, 60.0, 600.0),), 50.0, replicas=1, replicas_max=2, seed=4)
