@@ -28,15 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from tailtune.tuner.control.objective import NO_HEADROOM
-from tailtune.tuner.law import (
-    DRAIN_INTERVALS,
-    GROWTH_SHARE,
-    MAX_REJECTED,
-    candidate,
-    drain_replicas,
-    safe_capacity,
-)
+from tailtune.tuner.control.objective import NO_HEADROOM, drain_seconds, drain_within_s
+from tailtune.tuner.law import GROWTH_SHARE, MAX_REJECTED, candidate, drain_replicas, safe_capacity
 from tailtune.tuner.servicetime import Curve, merged
 from tailtune.tuner.types import InForce, Policy, TooFewReplicas, TunerState
 
@@ -238,9 +231,8 @@ def _drain_said(full_rps: float, queued: float, window: SurgeWindow, want: int, 
     """How the fullest pod's queue drains on `want` replicas, said as it is: within the law's drain time
     (`drain_replicas`), or, where no count the spec allows drains it that fast, in how long (its full batches less
     its share of the demand), or never at that demand."""
-    planned_s = DRAIN_INTERVALS * policy.interval_seconds
-    room = full_rps - window.demand_rps / max(1, want)
-    drain_s = queued / room if room > 0 else math.inf
+    planned_s = drain_within_s(policy)
+    drain_s = drain_seconds(full_rps, queued, window.demand_rps, want)
     if drain_s <= planned_s:
         return f"drain within {planned_s:.0f} s with {want}"
     if math.isfinite(drain_s):

@@ -353,10 +353,22 @@ def drain_replicas(capacity_rps: float, queued: float, demand_rps: float, policy
     it) drains them within DRAIN_INTERVALS at `capacity_rps` (full batches back to back) while the demand is spread
     over all replicas: n >= demand / (capacity - queued / drain time). The most where a pod cannot drain that
     fast at all."""
-    room = capacity_rps - queued / (DRAIN_INTERVALS * policy.interval_seconds)
+    room = capacity_rps - queued / drain_within_s(policy)
     if room <= 0:
         return policy.replicas_max
     return min(policy.replicas_max, max(policy.replicas_min, math.ceil(demand_rps / room)))
+
+
+def drain_within_s(policy: Policy) -> float:
+    """The time within which a backlog is planned to drain: DRAIN_INTERVALS tuning intervals."""
+    return DRAIN_INTERVALS * policy.interval_seconds
+
+
+def drain_seconds(capacity_rps: float, queued: float, demand_rps: float, replicas: int) -> float:
+    """Seconds a pod holding `queued` requests takes to drain them at `capacity_rps` while the demand is spread over
+    `replicas` (the inverse of `drain_replicas`); inf where its share of the demand is its capacity or more."""
+    room = capacity_rps - demand_rps / max(1, replicas)
+    return queued / room if room > 0 else math.inf
 
 
 def replicas_for(load_rps: float, carries_rps: float, policy: Policy) -> int:
