@@ -397,9 +397,15 @@ def windows_goodput(run: Run, setup: Setup) -> tuple[Floats, Floats]:
     for w in range(n):
         lat = latency[bounds[w] : bounds[w + 1]]
         if len(lat):
-            good[w] = float(np.count_nonzero(lat * 1000 <= setup.slo_ms))
-            pct[w] = float(np.percentile(lat, setup.percentile, method="higher")) * 1000
-    return good / setup.interval_s, pct
+            good[w], pct[w] = window_figures(lat, setup)
+    return good, pct
+
+
+def window_figures(latency: Floats, setup: Setup) -> tuple[float, float]:
+    """One window's goodput (req/s within the SLO over the interval) and percentile latency (ms), from the
+    latencies (s) of its arrivals (at least one)."""
+    good = float(np.count_nonzero(latency * 1000 <= setup.slo_ms)) / setup.interval_s
+    return good, float(np.percentile(latency, setup.percentile, method="higher")) * 1000
 
 
 def windows_answered(run: Run, setup: Setup) -> tuple[Floats, Floats]:
@@ -500,9 +506,7 @@ def _window_sweep(setup: Setup, replicas: int) -> tuple[tuple[tuple[int, int], F
                 continue
             sim = _cluster(setup, window, _batching(mb, delay), replicas)
             sim.advance(iv + LATE_S)  # what is still queued then is lost, as in `_finish`
-            latency = sim.outcomes()[1]
-            good[w] = float(np.count_nonzero(latency * 1000 <= setup.slo_ms)) / iv
-            pct[w] = float(np.percentile(latency, setup.percentile, method="higher")) * 1000
+            good[w], pct[w] = window_figures(sim.outcomes()[1], setup)
         out.append(((mb, delay), good, pct))
     return tuple(out)
 
