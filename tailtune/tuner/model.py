@@ -61,6 +61,10 @@ CHAIN_STATES_MAX = 1024
 # then off by a millionth, far below the model's own error against the simulator (percents); 60 halvings were ~3x
 # the cost of the planner's predictions for digits nothing reads.
 ROOT_TOLERANCE = 1e-6
+# `max_rate` bisects a replica's largest rate to within this share of its capacity: the model's own error against
+# the simulator is percents and the demand margin planned over it is tens of percents, so a thousandth decides
+# nothing a ten-thousandth would (and takes three bisection steps fewer, of the planner's dearest call).
+RATE_TOLERANCE = 1e-3
 
 
 @dataclass(frozen=True)
@@ -471,17 +475,25 @@ def max_rate(
     aim_ms: float,
     percentile: float = 99.0,
     capacity_rps: float | None = None,
+    known: dict[float, float] | None = None,
 ) -> float:
-    """Largest rate (req/s) one replica serves with the predicted latency within `aim_ms` (0 if none)."""
+    """Largest rate (req/s) one replica serves with the predicted latency within `aim_ms` (0 if none).
+
+    `known` (rate -> predicted percentile in ms) keeps the predictions of earlier calls for the same config and
+    curve at another aim: the bisection's midpoints depend on the capacity alone, so two aims share the first
+    steps of their search and the answer is the same as without it."""
     cap = capacity(t, max_batch, delay_us) if capacity_rps is None else capacity_rps
+    memo: dict[float, float] = {} if known is None else known
 
     def ok(rate: float) -> bool:
-        p = predict(t, max_batch, delay_us, instances, rate, percentile, cap)
-        return p.p_ms <= aim_ms
+        p_ms = memo.get(rate)
+        if p_ms is None:
+            p_ms = memo[rate] = predict(t, max_batch, delay_us, instances, rate, percentile, cap).p_ms
+        return p_ms <= aim_ms
 
     if cap <= 0 or not ok(1e-3 * cap):
         return 0.0
-    return _largest(ok, 1e-3 * cap, cap, 1e-4 * cap)
+    return _largest(ok, 1e-3 * cap, cap, RATE_TOLERANCE * cap)
 
 
 def _largest(ok: Callable[[float], bool], lo: float, hi: float, tolerance: float) -> float:

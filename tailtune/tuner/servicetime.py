@@ -126,24 +126,31 @@ class Curve:
         return known
 
     def _estimate(self, batch: float) -> Estimate:
-        xs, ys = self.sizes, self.times
-        if not xs:
+        if not self.sizes:
             raise ValueError("no measured service time")
+        return Estimate(self._interpolate(batch), batch > self.sizes[-1])
+
+    def _interpolate(self, batch: float) -> float:
+        """t(batch) of a curve with data: the first point below it, linear between points, proportional past the
+        last (the pessimistic side: no batching gain assumed beyond the data)."""
+        xs, ys = self.sizes, self.times
         if batch <= xs[0]:
-            return Estimate(ys[0], False)
+            return ys[0]
         if batch > xs[-1]:
-            return Estimate(ys[-1] * batch / xs[-1], True)
+            return ys[-1] * batch / xs[-1]
         # The first measured size at or above the batch (live statistics can measure every size up to max batch).
         k = bisect.bisect_left(xs, batch)
         if xs[k] == batch:
-            return Estimate(ys[k], False)
+            return ys[k]
         w = (batch - xs[k - 1]) / (xs[k] - xs[k - 1])
-        return Estimate(ys[k - 1] + w * (ys[k] - ys[k - 1]), False)
+        return ys[k - 1] + w * (ys[k] - ys[k - 1])
 
     def ms(self, batch: float) -> float:
         """t(batch) in ms (the model's inner loops ask this at continuous sizes: kept apart from `estimate`'s
-        records, a float each)."""
+        records, a float each, without building a record)."""
         known = self._ms.get(batch)
         if known is None:
-            known = self._ms[batch] = self._estimate(batch).ms
+            if not self.sizes:
+                raise ValueError("no measured service time")
+            known = self._ms[batch] = self._interpolate(batch)
         return known

@@ -148,7 +148,23 @@ def _max_rate(
     """`model.max_rate` of a curve given by its points (memoized like `_capacity`: a tick asks the same candidates
     of an unchanged curve for every plan and rule it weighs, and the next tick asks them again)."""
     curve = Curve([CurvePoint(batch=b, ms=ms) for b, ms in zip(sizes, times, strict=True)])
-    return max_rate(curve.ms, max_batch, delay_us, instances, aim_ms, percentile, cap)
+    known = _predictions(sizes, times, max_batch, delay_us, instances, percentile, cap)
+    return max_rate(curve.ms, max_batch, delay_us, instances, aim_ms, percentile, cap, known)
+
+
+@functools.lru_cache(maxsize=1024)
+def _predictions(
+    sizes: tuple[int, ...],
+    times: tuple[float, ...],
+    max_batch: int,
+    delay_us: int,
+    instances: int,
+    percentile: float,
+    cap: float,
+) -> dict[float, float]:
+    """The predictions `max_rate` made for one config of one curve, whatever the aim (the calibration moves the
+    aim a little every tick: the next search reuses the steps the two share)."""
+    return {}
 
 
 def candidate(curve: Curve, max_batch: int, delay_us: int, policy: Policy, calibration: float) -> Candidate:
