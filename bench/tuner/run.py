@@ -14,7 +14,7 @@ replicas; tailtune starts with them and may scale within 1..that). Each runs `ta
 start config held static, the `oracle` (per interval, the best static config of a sweep), `min-cost` (per interval
 the fewest replicas and a config of the sweep that hold the SLO, each scale-out one pod start ahead) and
 `static-max` (the most replicas, the start config) through `tailtune.offline.whatif`: the same engine as
-`tailtune simulate`.
+`tailtune simulate`. tailtune runs with the surge fast path on in every family, as the operator runs it.
 
 Writes bench/out/tuner/report.md (distribution per family: minimum, 10th percentile and median of
 goodput/oracle and of windows in SLO; replica-seconds per family and per trace, tailtune / min-cost and the saving
@@ -167,7 +167,8 @@ def _fleet(
     seed: int,
     **extra: Any,
 ) -> Setup:
-    """A scenario that starts at its most replicas (where the static policies stay) and the start's max batch."""
+    """A scenario that starts at its most replicas (where the static policies stay) and the start's max batch; tailtune
+    runs with the surge fast path on, as the operator does."""
     return Setup(
         curve=curve,
         segments=tuple((float(a), float(b), float(r)) for a, b, r in segs),
@@ -178,7 +179,7 @@ def _fleet(
         interval_s=INTERVAL,
         start_max_batch=min(start, curve.engine_max),
         seed=seed,
-        **extra,
+        **{"fast_path": True, **extra},
     )
 
 
@@ -290,6 +291,7 @@ def wide_scenarios(seed: int = WIDE_SEED, count: int | None = None) -> list[Scen
             start_max_batch=min(start, curve.engine_max),
             p99_noise=noise,
             seed=5000 + i + seed % 100_000,
+            fast_path=True,
         )
         name = (
             f"{i:03d}-{family}-{trace}-r{replicas}of{replicas_max}-i{instances}-s{setup.start_max_batch}"
@@ -363,8 +365,7 @@ def cost_scenarios(seed: int = COST_SEED, count: int | None = None) -> list[Scen
         start = int(rng.choice([1, 8, curve.engine_max]))
         peak = float(rng.uniform(0.6, 0.9)) * replicas_max * _capacity_within(curve, slo)
         segs = _cost_segments(trace, peak, INTERVAL, rng)
-        # The surge fast path on, as the operator runs it (TAILTUNE_FAST_PATH unset): an on-switch is a surge.
-        setup = _fleet(curve, segs, slo, instances, replicas_max, start, 9000 + i + seed % 100_000, fast_path=True)
+        setup = _fleet(curve, segs, slo, instances, replicas_max, start, 9000 + i + seed % 100_000)
         name = f"{i:03d}-{family}-{trace}-r{replicas_max}-i{instances}-s{setup.start_max_batch}"
         out.append(Scenario(name, family, trace, setup))
     return out
