@@ -177,8 +177,11 @@ def reload_budget(
     # load another carries within it swings with a percent of calibration.
     spare = plan.within_slo_only and r.p_ms <= policy.slo_ms and current.carries() >= SWITCH_GAIN * per
     # A burst beyond the plan is served by what full batches drain: a tenth more of it, at no loss of
-    # robustness, is worth a reload (a property of the curve alone, free of the windows' noise).
-    sturdier = target.burst_rps >= BURST_GAIN * current.burst_rps and target.carries() >= current.carries()
+    # robustness, is worth a reload (a property of the curve alone, free of the windows' noise). Under a backlog
+    # the queue is drained by capacity alone: the robustness within the aim is no measure there.
+    sturdier = target.burst_rps >= BURST_GAIN * current.burst_rps and (
+        r.saturated or target.carries() >= current.carries()
+    )
     # Scaling out, the new replicas relieve the pressure: a reload on every pod besides (a pause each, while
     # the new ones are not ready yet) only for a batching in force that does not carry its share of the
     # demand at the new count (the margin, and a sturdier batching, can wait for a later window).

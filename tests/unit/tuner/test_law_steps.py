@@ -171,6 +171,24 @@ def test_guard_reload_budget_keeps_a_batching_that_carries_the_load() -> None:
     assert (p.target, p.bound_by) == (much_better, "")
 
 
+def test_guard_reload_budget_under_a_backlog_reloads_for_capacity_alone() -> None:
+    """Caught: under a backlog that no config drains within the SLO, the reload to the batching with a quarter more
+    capacity was held because it carried a little less within the aim (the robustness the aim measures), and the
+    queue grew at the smaller capacity (in sample: a flash crowd past one replica's capacity, 0.969 of Triton's
+    default, whose larger max batch drained it)."""
+    current = _cand(24, robust=3076.0, capacity=4700.0, burst=4700.0)
+    bigger = _cand(32, robust=2945.0, capacity=5800.0, burst=5800.0)
+    plan = Plan(bigger, 1, False, 5058.0)
+    one = IN_FORCE.model_copy(update={"replicas": 1})
+    backlog = _reading(p_ms=3870.0, demand_rps=3964.0, saturated=True, over=True, comfortable=False, backlog=9e4)
+    p = guards.reload_budget(Proposal(bigger, 1), plan, current, one, backlog, True, POLICY)
+    assert (p.target, p.bound_by) == (bigger, "")
+    # Without a backlog the same plan keeps the batching that carries more within the aim.
+    calm = _reading(p_ms=20.0, demand_rps=2000.0)
+    p = guards.reload_budget(Proposal(bigger, 1), Plan(bigger, 1, True, 2300.0), current, one, calm, False, POLICY)
+    assert (p.target, p.bound_by) == (current, "reload-budget")
+
+
 def test_guard_stabilized_batching_keeps_the_capacity_the_recent_peak_needs() -> None:
     """Caught: a batching change for the aim that cannot keep up with the burst of a minute ago."""
     current, small = _cand(16, robust=600.0, capacity=1500.0), _cand(4, robust=700.0, capacity=800.0)
