@@ -179,7 +179,8 @@ def _fleet(
         interval_s=INTERVAL,
         start_max_batch=min(start, curve.engine_max),
         seed=seed,
-        **{"fast_path": True, **extra},
+        fast_path=True,
+        **extra,
     )
 
 

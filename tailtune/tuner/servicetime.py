@@ -126,14 +126,14 @@ class Curve:
         return known
 
     def _estimate(self, batch: float) -> Estimate:
-        if not self.sizes:
-            raise ValueError("no measured service time")
         return Estimate(self._interpolate(batch), batch > self.sizes[-1])
 
     def _interpolate(self, batch: float) -> float:
-        """t(batch) of a curve with data: the first point below it, linear between points, proportional past the
-        last (the pessimistic side: no batching gain assumed beyond the data)."""
+        """t(batch): the first point below it, linear between points, proportional past the last (the pessimistic
+        side: no batching gain assumed beyond the data); raises ValueError without data."""
         xs, ys = self.sizes, self.times
+        if not xs:
+            raise ValueError("no measured service time")
         if batch <= xs[0]:
             return ys[0]
         if batch > xs[-1]:
@@ -150,7 +150,5 @@ class Curve:
         records, a float each, without building a record)."""
         known = self._ms.get(batch)
         if known is None:
-            if not self.sizes:
-                raise ValueError("no measured service time")
             known = self._ms[batch] = self._interpolate(batch)
         return known
