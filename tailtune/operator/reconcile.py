@@ -271,14 +271,20 @@ async def _apply_children(
 async def _write_if_changed(
     isvc: InferenceService, status: InferenceServiceStatus, cluster: ClusterPort
 ) -> tuple[Condition, ...]:
+    """Tell each condition's transition as an Event, then write the status.
+
+    Events go first: a transition is told from the status it changes, so an operator killed between the two
+    writes meets the same transition again when it resumes and tells it again (at least once). Written the other
+    way round, the kill would lose the Event for good: the status already holds the new condition.
+    """
     if status == isvc.status:
         return ()
-    await cluster.write_status(isvc.metadata, status)
     moved = tuple(transitions(isvc.status.conditions, status.conditions))
     for c in _one_event_each(moved):
         normal = (c.status == "True" and c.reason not in st.WARNING_REASONS) or c.type == st.SLO_MET
         kind = "Normal" if normal else "Warning"
         await cluster.emit_event(isvc.metadata, kind, c.reason or c.type, f"{c.type}={c.status}: {c.message}")
+    await cluster.write_status(isvc.metadata, status)
     return moved
 
 
@@ -288,6 +294,6 @@ async def _report_invalid(raw: dict[str, Any], cluster: ClusterPort, message: st
     old = _lenient_status(raw)
     status = st.invalid_spec_status(old, message, generation=meta.generation, now=now)
     log.warning("%s/%s: invalid spec: %s", meta.namespace, meta.name, message)
-    if status != old:
-        await cluster.write_status(meta, status)
+    if status != old:  # the Event first, as in _write_if_changed: a kill between the two repeats it, loses nothing
         await cluster.emit_event(meta, "Warning", st.INVALID_SPEC, message)
+        await cluster.write_status(meta, status)

@@ -122,8 +122,12 @@ def test_pods_that_keep_ending_failed_are_named_a_loop(
         now_rv = cluster.get("tis", "resnet50", namespace)["metadata"]["resourceVersion"]
         writes, rv = writes + (now_rv != rv), now_rv
     spun = len([p for p in cluster.get("pods", namespace=namespace)["items"] if p["status"].get("phase") == "Failed"])
+    # The count is told exact under ten and in decades past it: the status may move once per told count it
+    # passed through (7 -> 128 failed pods: 8, 9, 10+, 100+) and once more for a count the operator had not yet
+    # caught up with when `failed` was read; never once per pod.
+    told = {n if n < 10 else 10 ** (len(str(n)) - 1) for n in range(len(failed), spun + 1)}
     print(f"{spun - len(failed)} more failed pods in 6 s: {writes} writes of the InferenceService")
-    assert writes <= 2, writes
+    assert writes <= len(told), (writes, len(failed), spun)
     seen = [(e["type"], e["reason"]) for e in events(cluster, namespace, "resnet50")]
     assert seen.count(("Warning", "ModelLoadFailed")) == 1 and ("Normal", "ServingAvailable") not in seen, seen
     cluster.kubectl("delete", "tis", "resnet50", "-n", namespace, "--wait=false")  # stop the ReplicaSet's spin

@@ -7,6 +7,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from tailtune.api.v1alpha1 import InferenceService, InferenceServiceStatus, ObjectMeta
 from tailtune.operator.builders.common import Manifest
 from tailtune.operator.observed import ChildRejected, DeploymentObservation, JobObservation, Observed
@@ -181,6 +183,26 @@ def test_refused_job_is_status_and_one_event_not_a_retry_loop() -> None:
     assert cluster.events == [("Warning", "ChildRejected")]  # once, not again as Ready=False
     _run(_with_status(raw, status), cluster)
     assert len(cluster.statuses) == 1 and len(cluster.events) == 1  # same refusal: nothing new to say
+
+
+class KilledAtStatusWrite(RecordingCluster):
+    """The operator dies at its status write: the write never reaches the API server."""
+
+    async def write_status(self, meta: ObjectMeta, status: InferenceServiceStatus) -> None:
+        raise SystemExit("killed")
+
+
+def test_an_operator_killed_between_event_and_status_tells_the_transition_again_when_it_resumes() -> None:
+    refused = ChildRejected("Job", "eng-1", ANNOTATION_422, ("spec.template.annotations",))
+    raw = make_isvc().set("spec.engine.podAnnotations", {"bad key!": "x"}).dict()
+    killed = KilledAtStatusWrite(Observed(), refuse={"Job": refused})
+    with pytest.raises(SystemExit):
+        _run(raw, killed)
+    assert killed.events == [("Warning", "ChildRejected")]  # told before the write that died
+    resumed = RecordingCluster(Observed(), refuse={"Job": refused})
+    _run(raw, resumed)  # the status never moved: the transition is met, and told, again
+    assert resumed.events == [("Warning", "ChildRejected")]
+    assert _cond(resumed.statuses[0], "Ready") == ("False", "ChildRejected")
 
 
 def test_refused_service_stops_before_the_deployment_and_names_no_endpoint() -> None:
