@@ -25,6 +25,7 @@ scenario and one of the distributions, plus results.json.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import re
@@ -702,6 +703,13 @@ def main(argv: list[str] | None = None) -> int:
         help="reuse the baselines (default, AIMD, oracle, start, min-cost, static-max) of this earlier results.json: "
         "only tailtune runs, and a baseline it lacks (valid while the simulator and the scenarios are unchanged)",
     )
+    ap.add_argument(
+        "--target-utilization",
+        type=float,
+        default=None,
+        help="tailtune's spec.tuning.targetUtilization in every scenario (default the spec's); the other policies "
+        "do not read it, so --baselines of a run at another target stay valid",
+    )
     args = ap.parse_args(argv)
     seed = args.seed if args.seed is not None else WIDE_SEED if args.wide else COST_SEED if args.cost else SEED
     t0 = time.perf_counter()
@@ -710,6 +718,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         drawn = _drawn(args.quick, seed, args.count, args.wide, args.cost)
         scs = [s for s in drawn if re.search(args.only, s.name)]
+        if args.target_utilization is not None:
+            u = args.target_utilization
+            scs = [dataclasses.replace(s, setup=dataclasses.replace(s.setup, target_utilization=u)) for s in scs]
         args.out.mkdir(parents=True, exist_ok=True)
         results = []
         earlier = {r["name"]: r for r in json.loads(args.baselines.read_text())} if args.baselines else {}

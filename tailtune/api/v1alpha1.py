@@ -659,6 +659,13 @@ class IntRange(Model):
 
 # Triton's own bound, as serving.batching.maxQueueDelayMicroseconds has it: the tuner must stay within it.
 MAX_QUEUE_DELAY_US = 1_000_000
+# spec.tuning.targetUtilization. The default: the utilisation a replica is planned at, 15 % of its capacity
+# kept for what the demand's margin did not see (0.85, the queueing headroom the tuner has used since v1). Above
+# 0.95 a backlog drains at a twentieth of a replica's capacity or less (it drains at 1 - utilisation): a surge of
+# seconds leaves minutes of queue. Below 0.5 half of every replica is idle by plan: replicas.min is the knob there.
+DEFAULT_TARGET_UTILIZATION = 0.85
+MIN_TARGET_UTILIZATION = 0.5
+MAX_TARGET_UTILIZATION = 0.95
 PREFERRED_ABOVE_TUNING_MAX = (
     "every tuning.preferredBatchSizes entry must be <= tuning.maxBatchSize.max (a larger size could never be "
     "used): remove it or raise tuning.maxBatchSize.max"
@@ -721,6 +728,17 @@ class Tuning(Model):
     headroom: Annotated[float, Field(gt=0, lt=1, description="Aim P99 at this share of the SLO (hysteresis band).")] = (
         0.8
     )
+    target_utilization: Annotated[
+        float,
+        Field(
+            ge=MIN_TARGET_UTILIZATION,
+            le=MAX_TARGET_UTILIZATION,
+            description="Share of a replica's capacity the tuner plans it to carry (as the HPA's target "
+            "utilization): higher costs fewer replica-seconds and leaves less room for a rise the demand's measured "
+            "margin did not see; the planned latency stays within the aim either way. Not read for a generative "
+            "model (its replicas are sized on TTFT and TPOT).",
+        ),
+    ] = DEFAULT_TARGET_UTILIZATION
     forecast: Annotated[Forecast, Field(description="Scale out ahead of demand that repeats.")] = Forecast()
 
     @model_validator(mode="after")

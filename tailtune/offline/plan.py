@@ -17,9 +17,12 @@ from typing import TextIO
 import numpy as np
 
 from tailtune.api.v1alpha1 import (
+    DEFAULT_TARGET_UTILIZATION,
     MAX_BATCH_SIZE,
     MAX_INSTANCES_PER_GPU,
     MAX_REPLICAS,
+    MAX_TARGET_UTILIZATION,
+    MIN_TARGET_UTILIZATION,
     Batching,
     IntRange,
     Replicas,
@@ -46,6 +49,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--slo-ms", type=float, required=True, help="latency objective, ms")
     p.add_argument("--percentile", type=float, default=99.0, help="percentile of the objective (default 99)")
     p.add_argument("--headroom", type=float, default=0.8, help="aim at this share of the SLO (default 0.8)")
+    p.add_argument(
+        "--target-utilization",
+        type=float,
+        default=DEFAULT_TARGET_UTILIZATION,
+        help=f"share of a replica's capacity it is planned to carry (default {DEFAULT_TARGET_UTILIZATION:g})",
+    )
     p.add_argument("--engine-max-batch", type=int, default=64, help="the engine's max batch (default 64)")
     p.add_argument("--replicas-max", type=int, default=1, help="most replicas (default 1)")
     p.add_argument("--instances", type=int, default=1, help="model instances per GPU (default 1)")
@@ -65,6 +74,11 @@ def _bad_flag(args: argparse.Namespace) -> str | None:
         ),
         (50 <= args.percentile <= 99.99, "--percentile must be in [50, 99.99] (as the spec's slo.percentile)"),
         (0 < args.headroom < 1, "--headroom must be in (0, 1) (as the spec's tuning.headroom)"),
+        (
+            MIN_TARGET_UTILIZATION <= args.target_utilization <= MAX_TARGET_UTILIZATION,
+            f"--target-utilization must be in [{MIN_TARGET_UTILIZATION:g}, {MAX_TARGET_UTILIZATION:g}] (as the spec's "
+            "tuning.targetUtilization)",
+        ),
         (finite(args.a_ms) and args.a_ms >= 0, "--a-ms must be >= 0 and finite"),
         (finite(args.c_ms) and args.c_ms >= 0, "--c-ms must be >= 0 and finite"),
         (args.a_ms + args.c_ms > 0, "--a-ms and --c-ms cannot both be 0: a batch takes some time"),
@@ -136,7 +150,11 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     top = args.engine_max_batch
     policy = Policy.from_spec(
         Slo(latency_ms=args.slo_ms, percentile=args.percentile),
-        Tuning(max_batch_size=IntRange(min=1, max=top), headroom=args.headroom),
+        Tuning(
+            max_batch_size=IntRange(min=1, max=top),
+            headroom=args.headroom,
+            target_utilization=args.target_utilization,
+        ),
         Replicas(min=1, max=args.replicas_max),
         top,
         instances=args.instances,

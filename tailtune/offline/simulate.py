@@ -25,7 +25,13 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from tailtune.api.v1alpha1 import MAX_INSTANCES_PER_GPU, MAX_REPLICAS
+from tailtune.api.v1alpha1 import (
+    DEFAULT_TARGET_UTILIZATION,
+    MAX_INSTANCES_PER_GPU,
+    MAX_REPLICAS,
+    MAX_TARGET_UTILIZATION,
+    MIN_TARGET_UTILIZATION,
+)
 from tailtune.offline.whatif import InputError, Setup, plot, read_curve, read_trace, summarize
 from tailtune.sim import MAX_REQUESTS
 
@@ -68,6 +74,13 @@ def _parser() -> argparse.ArgumentParser:
         "batch in force); the JSON's rejected_share counts them (never answered, so never in goodput)",
     )
     p.add_argument(
+        "--target-utilization",
+        type=float,
+        default=DEFAULT_TARGET_UTILIZATION,
+        help=f"share of a replica's capacity the tuner plans it to carry (spec.tuning.targetUtilization, default "
+        f"{DEFAULT_TARGET_UTILIZATION:g}; tailtune policy only)",
+    )
+    p.add_argument(
         "--fast-path",
         action="store_true",
         help="the surge fast path between ticks (as the operator runs it): every 2 s, the pods' queues over the last "
@@ -93,6 +106,11 @@ def _setup(args: argparse.Namespace) -> Setup:
         (0 <= args.p99_noise < 1, "--p99-noise must be in [0, 1)"),
         (args.start_max_batch >= 1, "--start-max-batch must be >= 1"),
         (args.seed >= 0, "--seed must be >= 0"),
+        (
+            MIN_TARGET_UTILIZATION <= args.target_utilization <= MAX_TARGET_UTILIZATION,
+            f"--target-utilization must be in [{MIN_TARGET_UTILIZATION:g}, {MAX_TARGET_UTILIZATION:g}] (as the spec's "
+            "tuning.targetUtilization)",
+        ),
         (args.duration_s is None or 0 < args.duration_s < math.inf, "--duration-s must be > 0 and finite"),
         (
             args.policy != "min-cost" or (args.replicas_max or args.replicas) <= MIN_COST_MAX_REPLICAS,
@@ -134,6 +152,7 @@ def _setup(args: argparse.Namespace) -> Setup:
         duration_s=args.duration_s,
         shed=args.shed,
         fast_path=args.fast_path,
+        target_utilization=args.target_utilization,
     )
     end = setup.end_s
     expected = sum(rate * (min(b, end) - a) for a, b, rate in setup.segments if a < end)

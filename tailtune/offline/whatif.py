@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tailtune.api.v1alpha1 import MAX_BATCH_SIZE, Batching
+from tailtune.api.v1alpha1 import DEFAULT_TARGET_UTILIZATION, MAX_BATCH_SIZE, Batching
 from tailtune.offline.simobs import observation_from_sim, pod_readings_from_sim
 from tailtune.sim import SimCluster
 from tailtune.sim.arrivals import piecewise_poisson
@@ -146,6 +146,7 @@ class Setup:
     seed: int = 0
     duration_s: float | None = None
     headroom: float = 0.8
+    target_utilization: float = DEFAULT_TARGET_UTILIZATION  # spec.tuning.targetUtilization
     service_noise: float = 0.03
     pod_start_s: float = 30.0  # a scale-out's replicas serve this long after the request (the simulator's pod start)
     shed: bool = False  # load shedding: Triton's queue timeout from the SLO under the batching in force
@@ -265,6 +266,7 @@ def policy_for(setup: Setup) -> Policy:
         delay_min_us=0,
         delay_max_us=20_000,
         headroom=setup.headroom,
+        util_target=setup.target_utilization,
         replicas_min=1,
         replicas_max=setup.replicas_max,
         instances=setup.instances,

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tailtune.api.v1alpha1 import Batching, LlmServing, Replicas, Slo, Tuning
+from tailtune.api.v1alpha1 import DEFAULT_TARGET_UTILIZATION, Batching, LlmServing, Replicas, Slo, Tuning
 from tailtune.tuner.servicetime import BatchSample, Curve, CurvePoint
 from tailtune.tuner.shedding import shed_batch_max
 
@@ -101,9 +101,9 @@ class Policy(_Frozen):
     bad_windows: int = 2
     good_windows: int = 3
     min_samples: int = 20
-    # Device utilisation aimed at when sizing batches and replicas, and the one that allows scaling in.
-    util_target: float = 0.85
-    util_high: float = 0.93
+    # Device utilisation aimed at when sizing batches and replicas (a replica carries at most this share of its
+    # capacity), and 1/it the demand's margin before its variability is measured.
+    util_target: float = DEFAULT_TARGET_UTILIZATION  # spec.tuning.targetUtilization
     # The engine build's measured service time (batch -> ms); live statistics refine it.
     build_curve: tuple[CurvePoint, ...] = ()
     # Largest warmup batch the config renders: Triton refuses a max_batch_size below it.
@@ -164,6 +164,7 @@ class Policy(_Frozen):
             other_targets=slo.other_targets(),
             scale_in_stabilization_seconds=replicas.scale_in_stabilization_seconds,
             forecast=tuning.forecast.enabled,
+            util_target=tuning.target_utilization,
         )
 
     @property

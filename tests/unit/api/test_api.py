@@ -31,6 +31,8 @@ def test_defaults_fill_a_minimal_spec() -> None:
         ("spec.model.uri", "ftp://x/y", "pattern"),
         ("spec.slo.latencyMs", 0, "greater than 0"),
         ("spec.serving.gpu.typo", 1, "Extra inputs"),
+        ("spec.tuning.targetUtilization", 0.99, "less than or equal to 0.95"),
+        ("spec.tuning.targetUtilization", 0.2, "greater than or equal to 0.5"),
     ],
 )
 def test_invalid_specs_name_the_field(path: str, value: object, needle: str) -> None:

@@ -59,6 +59,8 @@ def test_plan_scales_out_when_one_replica_cannot_serve() -> None:
         (["--slo-ms", "0"], "--slo-ms"),
         (["--percentile", "100"], "--percentile"),
         (["--headroom", "2"], "--headroom"),
+        (["--target-utilization", "1"], "--target-utilization"),
+        (["--target-utilization", "0.3"], "--target-utilization"),
         (["--p", "-3"], "--p"),
         (["--p", "200"], "--p"),
         (["--a-ms", "0", "--c-ms", "0"], "--a-ms"),

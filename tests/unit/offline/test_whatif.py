@@ -194,6 +194,8 @@ def test_do_no_harm_from_the_operators_start_config() -> None:
         (["--interval-s", "0.001"], "--interval-s"),
         (["--plot", "plot.jpgx"], "--plot"),
         (["--plot", "no/such/folder/plot.png"], "--plot"),
+        (["--target-utilization", "0.99"], "--target-utilization"),
+        (["--target-utilization", "nan"], "--target-utilization"),
     ],
 )
 def test_simulate_bad_flags_exit_2_naming_the_flag(

@@ -16,7 +16,7 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
-from tailtune.api.v1alpha1 import Batching
+from tailtune.api.v1alpha1 import Batching, Replicas, Slo, Tuning
 from tailtune.tuner import law
 from tailtune.tuner.control import guards
 from tailtune.tuner.law import Candidate, best_plan, candidate, decide
@@ -134,6 +134,34 @@ def test_a_more_load_never_plans_fewer_replicas() -> None:
             counts.append(plan.replicas)
         assert counts == sorted(counts), (i, counts)
     assert at_slo >= CASES // 30  # the ladder reaches plans within the SLO only, where the count fell
+
+
+def test_a_higher_target_utilization_never_plans_more_replicas_nor_past_its_share_of_capacity() -> None:
+    """spec.tuning.targetUtilization: each replica is planned at most that share of its config's capacity, and a
+    higher target never asks for more replicas at the same load (it is the one knob that trades cost for room)."""
+    rng = np.random.default_rng(23)
+    fewer = 0
+    for i in range(CASES // 3):
+        t = families_curve(rng, KINDS[i % len(KINDS)])
+        top = int(rng.choice([8, 16, 32, 64, 128]))
+        base = make_policy(rng, t, top)
+        load = base.replicas_max * capacity(t, top) * float(rng.uniform(0.05, 0.8))
+        counts = []
+        for u in (0.5, 0.7, 0.85, 0.95):
+            policy = base.model_copy(update={"util_target": u})
+            plan = best_plan(Curve(policy.build_curve), load, policy, 1.0, backlog=False)
+            assert plan.candidate.carries() <= u * plan.candidate.capacity_rps * (1 + 1e-9), (i, u, plan)
+            counts.append(plan.replicas)
+        assert counts == sorted(counts, reverse=True), (i, counts)
+        fewer += counts[-1] < counts[0]
+    assert fewer >= CASES // 30  # the target binds somewhere in the family, or the property says nothing
+
+
+def test_the_spec_target_utilization_reaches_the_policy() -> None:
+    spec = Tuning.model_validate({"targetUtilization": 0.93})
+    policy = Policy.from_spec(Slo(latency_ms=30), spec, Replicas(min=1, max=4), 32)
+    assert policy.util_target == 0.93 and policy.fixed_margin == pytest.approx(1 / 0.93)
+    assert Policy.from_spec(Slo(latency_ms=30), Tuning(), Replicas(min=1, max=4), 32).util_target == 0.85
 
 
 # (b) -------------------------------------------------------------------------------------------------------
