@@ -739,6 +739,14 @@ class Tuning(Model):
             "model (its replicas are sized on TTFT and TPOT).",
         ),
     ] = DEFAULT_TARGET_UTILIZATION
+    keep_spec_start: Annotated[
+        bool,
+        Field(
+            description="Serve spec.serving.batching first even where the engine build's measured curve shows it "
+            "fragile (the tuner moves it once traffic shows it). Default false: a fragile start batching is left "
+            "before the first pod serves, so no reload lands on the first requests."
+        ),
+    ] = False
     forecast: Annotated[Forecast, Field(description="Scale out ahead of demand that repeats.")] = Forecast()
 
     @model_validator(mode="after")

@@ -42,7 +42,9 @@ from tailtune.api.v1alpha1 import DEFAULT_TARGET_UTILIZATION, MAX_BATCH_SIZE, Ba
 from tailtune.offline.simobs import observation_from_sim, pod_readings_from_sim
 from tailtune.sim import SimCluster
 from tailtune.sim.arrivals import piecewise_poisson
+from tailtune.sim.cluster import EPOCH
 from tailtune.sim.curves import PiecewiseCurve
+from tailtune.tuner.control.gates import before_serving
 from tailtune.tuner.loop import FastPath, tune_once
 from tailtune.tuner.servicetime import Curve, CurvePoint, ladder
 from tailtune.tuner.shedding import shed_batch_max, shed_timeout_us
@@ -304,15 +306,21 @@ def run_tailtune(setup: Setup, forecast: bool = False) -> Run:
     """The operator's loop against the simulator (with `forecast`, spec.tuning.forecast.enabled: `predictive`)."""
     arr = _arrivals(setup)
     top = setup.curve.engine_max
-    start = _batching(min(setup.start_max_batch, top))
-    sim = _cluster(setup, arr, start, setup.replicas)
     policy = policy_for(setup).model_copy(update={"forecast": forecast})
-    observer = _Observer(sim, setup)
-    in_force = InForce(batching=start, replicas=setup.replicas)
-    state = TunerState()
-    run = Run(
-        "predictive" if forecast else "tailtune", arr, np.empty(0), [(0.0, start.max_batch_size, 0, setup.replicas)]
+    # As the operator does before the first pod serves: a start batching the build's curve shows fragile is left
+    # then, so the pods start with the choice (no reload at the first tick).
+    first = before_serving(
+        InForce(batching=_batching(min(setup.start_max_batch, top)), replicas=setup.replicas), policy, EPOCH
     )
+    in_force, start = first.in_force, first.in_force.batching
+    sim = _cluster(setup, arr, start, setup.replicas)
+    observer = _Observer(sim, setup)
+    state = TunerState()
+    b0 = start.max_batch_size, start.max_queue_delay_microseconds
+    run = Run("predictive" if forecast else "tailtune", arr, np.empty(0), [(0.0, *b0, setup.replicas)])
+    if first.changed:
+        run.changes += 1
+        run.codes.append((0.0, first.reason_code, first.reason))
 
     class Reader:
         def read(self, window_end: datetime) -> Observation:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from tailtune.api.v1alpha1 import InferenceService
 from tailtune.operator.engine import build_curve
 from tailtune.operator.generative import explain_generative, is_generative
-from tailtune.operator.inforce import in_force, tuner_state
+from tailtune.operator.inforce import in_force, policy_for, tuner_state
 from tailtune.operator.rollout import RolloutState
 from tailtune.operator.status import SLO_MET, compute_slo_condition
 from tailtune.operator.tuning import (
@@ -28,7 +28,6 @@ from tailtune.operator.tuning import (
     judged_hold,
     latency_status,
     parse_isvc,
-    policy_for,
     read_latency,
 )
 from tailtune.tuner.law import CANDIDATE_CALIBRATION, best_plan, decide, demand_margin

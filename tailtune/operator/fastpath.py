@@ -26,9 +26,9 @@ from tailtune.operator import metrics
 from tailtune.operator.atrest import TunerMemory
 from tailtune.operator.engine import build_curve, engine_cache_key
 from tailtune.operator.inforce import in_force as config_in_force
-from tailtune.operator.inforce import in_force_annotation, tuner_state, tuner_state_annotation
+from tailtune.operator.inforce import in_force_annotation, policy_for, tuner_state, tuner_state_annotation
 from tailtune.operator.observed import Observed
-from tailtune.operator.tuning import parse_isvc, policy_for
+from tailtune.operator.tuning import parse_isvc
 from tailtune.triton.metrics import parse_model_counters, parse_pending_requests, scrape
 from tailtune.tuner.loop import FastPath
 from tailtune.tuner.surge import CHECK_SECONDS, SURGE_SCALE_OUT, PodReading, SurgeDecision

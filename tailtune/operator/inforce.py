@@ -10,12 +10,45 @@ A recorded config the spec no longer allows is clamped to the new bounds field b
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 from pydantic import ValidationError
 
 from tailtune.api.keys import APPLIED_ANNOTATION, TUNER_STATE_ANNOTATION
 from tailtune.api.v1alpha1 import Batching, InferenceService, LlmServing
-from tailtune.tuner.types import InForce, TunerState, max_batch_cap
+from tailtune.tuner.control.gates import before_serving
+from tailtune.tuner.servicetime import CurvePoint
+from tailtune.tuner.types import Decision, InForce, Policy, TunerState, max_batch_cap
+
+
+def policy_for(isvc: InferenceService, build_curve: tuple[CurvePoint, ...] = ()) -> Policy:
+    """The law's policy from the spec (and the build's measured service time, when known)."""
+    spec = isvc.spec
+    return Policy.from_spec(
+        spec.slo,
+        spec.tuning,
+        spec.serving.replicas,
+        spec.engine.optimization_profile.max,
+        instances=spec.serving.instances_per_gpu,
+        build_curve=build_curve,
+        # Triton refuses a warmup batch above max_batch_size: the tuner never goes below the largest.
+        warmup_max=max(spec.warmup.batch_sizes, default=1),
+        shedding=spec.serving.shedding.enabled,
+    )
+
+
+def chosen_before_serving(isvc: InferenceService, curve: tuple[CurvePoint, ...], now: datetime) -> Decision | None:
+    """Where the tuner has recorded no config and no pod serves yet: the law's choice of the batching the first pods
+    start with (`gates.before_serving`: a start batching the engine build's measured curve shows fragile is left
+    before any request meets it), or None where the spec's start stands (tuning off, spec.tuning.keepSpecStart, a
+    generative model, a config already recorded, no measured curve)."""
+    tuning = isvc.spec.tuning
+    if not tuning.enabled or tuning.keep_spec_start or isvc.spec.model.kind == "generative" or not curve:
+        return None
+    if isvc.metadata.annotations.get(APPLIED_ANNOTATION):
+        return None
+    decision = before_serving(spec_start(isvc), policy_for(isvc, curve), now)
+    return decision if decision.changed else None
 
 
 def spec_start(isvc: InferenceService) -> InForce:

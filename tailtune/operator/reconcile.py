@@ -36,13 +36,14 @@ from tailtune.operator.engine import (
     service_time_status,
 )
 from tailtune.operator.generative import carry_into
+from tailtune.operator.inforce import chosen_before_serving, in_force_annotation, llm_in_force, tuner_state
 from tailtune.operator.inforce import in_force as config_in_force
-from tailtune.operator.inforce import llm_in_force, tuner_state
 from tailtune.operator.modelconfig import EngineIOUnknown, TensorMismatch, model_config_pbtxt
 from tailtune.operator.observed import ChildRejected, DeploymentObservation, EngineInfo, JobObservation, Observed
 from tailtune.operator.rollout import RolloutState
 from tailtune.operator.spec_checks import check_spec, describe_rejection, describe_validation_error
 from tailtune.triton.config import ConfigError
+from tailtune.tuner.servicetime import CurvePoint
 from tailtune.tuner.types import InForce
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ class ClusterPort(Protocol):
     async def apply(self, manifest: Manifest) -> None: ...  # raises ChildRejected when the server refuses it
     async def write_status(self, meta: ObjectMeta, status: InferenceServiceStatus) -> None: ...
     async def emit_event(self, meta: ObjectMeta, type_: str, reason: str, message: str) -> None: ...
+    async def patch_annotations(self, meta: ObjectMeta, annotations: dict[str, str]) -> None: ...
     async def delete_obsolete_jobs(self, isvc: InferenceService, keep: str) -> list[str]: ...
 
 
@@ -200,6 +202,8 @@ async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime, *,
         # the store, so it is not built again.
         observed = replace(observed, job=JobObservation(succeeded=True))
     desired = desired_state(isvc, observed)
+    if observed.deployment is None and desired.serving_hash:
+        isvc, desired = await _choose_before_serving(isvc, observed, desired, cluster, now)
     dep = observed.deployment
     unchanged = (
         dep is not None
@@ -247,6 +251,32 @@ async def reconcile(raw: dict[str, Any], cluster: ClusterPort, now: datetime, *,
         for name in await cluster.delete_obsolete_jobs(isvc, keep=desired.cache_key):
             log.info("%s/%s: deleted obsolete build Job %s", isvc.metadata.namespace, isvc.metadata.name, name)
     return Outcome(isvc, status, moved)
+
+
+async def _choose_before_serving(
+    isvc: InferenceService, observed: Observed, desired: Desired, cluster: ClusterPort, now: datetime
+) -> tuple[InferenceService, Desired]:
+    """Before the first Triton pod is created: where the build's measured curve shows the spec's start batching
+    fragile, the tuner's choice (`inforce.chosen_before_serving`) is recorded as the config in force (the same
+    annotation the tuner keeps) and rendered, so the first pods start with it and no reload lands on the first
+    requests; one Event says so. Unchanged otherwise."""
+    info = desired.engine_info
+    curve = tuple(
+        CurvePoint(batch=p.batch, ms=p.ms, samples=p.samples, source="build")
+        for p in (info.service_time if info is not None else ())
+        if p.source == "build"
+    )
+    decision = chosen_before_serving(isvc, curve, now)
+    if decision is None:
+        return isvc, desired
+    annotations = in_force_annotation(decision.in_force)
+    await cluster.patch_annotations(isvc.metadata, annotations)
+    await cluster.emit_event(
+        isvc.metadata, "Normal", decision.reason_code, f"before the first pod serves: {decision.reason}"
+    )
+    meta = isvc.metadata.model_copy(update={"annotations": {**isvc.metadata.annotations, **annotations}})
+    isvc = isvc.model_copy(update={"metadata": meta})
+    return isvc, desired_state(isvc, observed)
 
 
 async def _apply_children(

@@ -39,7 +39,7 @@ from tailtune.operator.atrest import TunerMemory, latency_moved, state_moved
 from tailtune.operator.conform import SpecConform, conform_reloads, decide_conform
 from tailtune.operator.engine import build_curve, engine_cache_key, engine_info, io_known
 from tailtune.operator.inforce import in_force as config_in_force
-from tailtune.operator.inforce import in_force_annotation, tuner_state, tuner_state_annotation
+from tailtune.operator.inforce import in_force_annotation, policy_for, tuner_state, tuner_state_annotation
 from tailtune.operator.modelconfig import TensorMismatch, model_config_json
 from tailtune.operator.observed import EngineInfo, Observed
 from tailtune.operator.rollout import (
@@ -72,12 +72,11 @@ from tailtune.tuner.judge import judge_signal
 from tailtune.tuner.law import MAX_REJECTED, SIGNAL_MISSING, hold
 from tailtune.tuner.loop import ObservationReader, tune_once
 from tailtune.tuner.prom import TRITON_SUMMARY_QUANTILES, PrometheusUnavailable, Signal, quantile_label
-from tailtune.tuner.servicetime import BatchSample, Curve, CurvePoint, learn, merged
+from tailtune.tuner.servicetime import BatchSample, Curve, learn, merged
 from tailtune.tuner.types import (
     Decision,
     InForce,
     Observation,
-    Policy,
     RejectedConfig,
     TunerState,
     judged_window_seconds,
@@ -98,22 +97,6 @@ class TunerCluster(Protocol):
         self, meta: ObjectMeta, latency: LatencyStatus, conditions: list[Condition] | None = None
     ) -> None: ...
     async def emit_event(self, meta: ObjectMeta, type_: str, reason: str, message: str) -> None: ...
-
-
-def policy_for(isvc: InferenceService, build_curve: tuple[CurvePoint, ...] = ()) -> Policy:
-    """The law's policy from the spec (and the build's measured service time, when known)."""
-    spec = isvc.spec
-    return Policy.from_spec(
-        spec.slo,
-        spec.tuning,
-        spec.serving.replicas,
-        spec.engine.optimization_profile.max,
-        instances=spec.serving.instances_per_gpu,
-        build_curve=build_curve,
-        # Triton refuses a warmup batch above max_batch_size: the tuner never goes below the largest.
-        warmup_max=max(spec.warmup.batch_sizes, default=1),
-        shedding=spec.serving.shedding.enabled,
-    )
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,8 @@ def replicas_not_ready(
 
 
 # In order, after the window already seen and the learning from it (`law.decide`).
+# The gate that bound a choice made before the first pod serves (`before_serving`).
+BEFORE_SERVING = "before-serving"
 BEFORE_READING = (no_traffic, signal_missing, stale_window, replicas_not_ready)
 
 
@@ -132,6 +134,14 @@ def leave_fragile(
     new = in_force.model_copy(update={"batching": batching, "replicas": replicas, "changed_at": now, "reason": reason})
     st = st.model_copy(update={"last_reason_code": code})
     return Decision(action="change", in_force=new, reason=reason, reason_code=code, state=st, bound_by=gate)
+
+
+def before_serving(start: InForce, policy: Policy, now: datetime) -> Decision:
+    """The batching the first pods start with: the spec's start, or where the engine build's measured curve shows it
+    fragile the one the law leaves it for with no traffic (`leave_fragile`), chosen before any pod serves so that
+    no reload lands on the first requests. The same choice the first no-traffic tick would make, a reload earlier."""
+    why = "the spec's start batching, before the first pod serves"
+    return leave_fragile(TunerState(), start, policy, now, 0.0, NO_TRAFFIC, why, BEFORE_SERVING)
 
 
 def no_curve(st: TunerState, in_force: InForce, r: Reading, policy: Policy, now: datetime, seen: str) -> Decision:

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from tailtune.api.keys import APPLIED_ANNOTATION
 from tailtune.api.v1alpha1 import InferenceService, InferenceServiceStatus, ObjectMeta
 from tailtune.operator.builders.common import Manifest
 from tailtune.operator.observed import ChildRejected, DeploymentObservation, JobObservation, Observed
 from tailtune.operator.reconcile import reconcile
+from tailtune.tuner.types import InForce
 from tests.unit.factories import make_isvc
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -28,6 +32,7 @@ class RecordingCluster:
         self.statuses: list[InferenceServiceStatus] = []
         self.events: list[tuple[str, str]] = []
         self.obsolete_kept: list[str] = []  # `keep` of every delete_obsolete_jobs call
+        self.annotations: list[dict[str, str]] = []
 
     async def observe(
         self, isvc: InferenceService, job_name: str, *, job_report: bool = True, pod_ips: bool = False
@@ -48,6 +53,10 @@ class RecordingCluster:
     async def delete_obsolete_jobs(self, isvc: InferenceService, keep: str) -> list[str]:
         self.obsolete_kept.append(keep)
         return []
+
+    async def patch_annotations(self, meta: ObjectMeta, annotations: dict[str, str]) -> None:
+        self.annotations.append(annotations)
+        self.events.append(("annotations", ""))  # in order with the Events and before any apply that follows
 
 
 def _run(raw: dict[str, Any], cluster: RecordingCluster) -> None:
@@ -299,3 +308,53 @@ def test_declared_dims_the_engine_does_not_have_are_named_with_no_deployment_and
     told = list(cluster.events)
     _run(_with_status(raw, status), cluster)  # the mismatch stands: nothing applied, written or told again
     assert cluster.applied == [] and len(cluster.statuses) == 1 and cluster.events == told
+
+
+# A build report whose ladder makes max batch 1 fragile: a batch of 8 takes 4 ms where one takes 2.25 (four times
+# the capacity), inputs and outputs as the spec declares them.
+OVERHEAD_REPORT = json.dumps(
+    {
+        "inputs": [{"name": "x", "dataType": "TYPE_FP32", "dims": [16]}],
+        "outputs": [{"name": "y", "dataType": "TYPE_FP32", "dims": [4]}],
+        "serviceTime": [{"batch": b, "ms": 2 + 0.25 * b} for b in (1, 2, 4, 8, 16, 32)],
+    }
+)
+
+
+def _first_deploy(raw: dict[str, Any]) -> RecordingCluster:
+    cluster = RecordingCluster(Observed(job=JobObservation(succeeded=True, message=OVERHEAD_REPORT)))
+    _run(raw, cluster)
+    return cluster
+
+
+def _rendered_max_batch(cluster: RecordingCluster) -> int:
+    cm = next(m for m in cluster.applied if m["kind"] == "ConfigMap")
+    text = next(iter(cm["data"].values()))
+    return int(re.search(r"max_batch_size: (\d+)", text).group(1))  # type: ignore[union-attr]
+
+
+def test_a_start_batching_the_build_curve_shows_fragile_is_left_before_the_first_pod_serves() -> None:
+    raw = make_isvc().set("spec.serving.batching", {"maxBatchSize": 1}).dict()
+    cluster = _first_deploy(raw)
+    # Recorded as the config in force before any serving object, then rendered: the first pods start with it.
+    assert cluster.events[0] == ("annotations", "") and cluster.events[1][1] == "BatchingWidened", cluster.events
+    kept = InForce.from_annotation(cluster.annotations[0][APPLIED_ANNOTATION])
+    assert kept.batching.max_batch_size > 1 and "before the first pod serves" not in (kept.reason or "")
+    assert _rendered_max_batch(cluster) == kept.batching.max_batch_size
+    assert cluster.statuses[-1].batching.max_batch_size == kept.batching.max_batch_size
+    assert "by the measured curve" in cluster.statuses[-1].batching.reason
+
+
+def test_the_choice_before_serving_is_made_once_and_never_over_the_tuners_or_the_spec() -> None:
+    raw = make_isvc().set("spec.serving.batching", {"maxBatchSize": 1}).dict()
+    first = _first_deploy(raw)
+    recorded = {**raw, "metadata": {**raw["metadata"], "annotations": first.annotations[0]}}
+    assert _first_deploy(recorded).annotations == []  # recorded already: the tuner's from here on
+    off = make_isvc().set("spec.serving.batching", {"maxBatchSize": 1}).set("spec.tuning.enabled", False).dict()
+    cluster = _first_deploy(off)
+    assert cluster.annotations == [] and _rendered_max_batch(cluster) == 1  # tuning off: the spec's batching
+    kept = make_isvc().set("spec.serving.batching", {"maxBatchSize": 1}).set("spec.tuning.keepSpecStart", True).dict()
+    cluster = _first_deploy(kept)
+    assert cluster.annotations == [] and _rendered_max_batch(cluster) == 1  # spec.tuning.keepSpecStart
+    sturdy = _first_deploy(make_isvc().set("spec.serving.batching", {"maxBatchSize": 16}).dict())
+    assert sturdy.annotations == [] and _rendered_max_batch(sturdy) == 16  # not fragile: the spec's start stands

@@ -18,8 +18,9 @@ from pydantic import ValidationError
 from tailtune.api.crdgen import build_crd
 from tailtune.api.v1alpha1 import InferenceService, Slo
 from tailtune.operator import metrics
+from tailtune.operator.inforce import policy_for
 from tailtune.operator.status import SETTLING, SLO_VIOLATED, WITHIN_SLO, compute_slo_condition
-from tailtune.operator.tuning import LatencyRead, latency_status, policy_for, tune_step
+from tailtune.operator.tuning import LatencyRead, latency_status, tune_step
 from tailtune.tuner.prom import Breakdown, PrometheusReader, Signal, Target
 from tailtune.tuner.servicetime import BatchSample
 from tailtune.tuner.types import Observation
