@@ -269,11 +269,12 @@ async def _choose_before_serving(
     decision = chosen_before_serving(isvc, curve, now)
     if decision is None:
         return isvc, desired
+    # The Event first, as for a condition's transition: a kill between the two makes the resumed operator choose
+    # and tell again (nothing recorded yet), never leaves the choice untold.
+    message = f"before the first pod serves: {decision.reason}"
+    await cluster.emit_event(isvc.metadata, "Normal", decision.reason_code, message)
     annotations = in_force_annotation(decision.in_force)
     await cluster.patch_annotations(isvc.metadata, annotations)
-    await cluster.emit_event(
-        isvc.metadata, "Normal", decision.reason_code, f"before the first pod serves: {decision.reason}"
-    )
     meta = isvc.metadata.model_copy(update={"annotations": {**isvc.metadata.annotations, **annotations}})
     isvc = isvc.model_copy(update={"metadata": meta})
     return isvc, desired_state(isvc, observed)

@@ -56,7 +56,7 @@ class RecordingCluster:
 
     async def patch_annotations(self, meta: ObjectMeta, annotations: dict[str, str]) -> None:
         self.annotations.append(annotations)
-        self.events.append(("annotations", ""))  # in order with the Events and before any apply that follows
+        self.events.append(("annotations", ""))  # in order with the Events
 
 
 def _run(raw: dict[str, Any], cluster: RecordingCluster) -> None:
@@ -337,7 +337,7 @@ def test_a_start_batching_the_build_curve_shows_fragile_is_left_before_the_first
     raw = make_isvc().set("spec.serving.batching", {"maxBatchSize": 1}).dict()
     cluster = _first_deploy(raw)
     # Recorded as the config in force before any serving object, then rendered: the first pods start with it.
-    assert cluster.events[0] == ("annotations", "") and cluster.events[1][1] == "BatchingWidened", cluster.events
+    assert cluster.events[0][1] == "BatchingWidened" and cluster.events[1] == ("annotations", ""), cluster.events
     kept = InForce.from_annotation(cluster.annotations[0][APPLIED_ANNOTATION])
     assert kept.batching.max_batch_size > 1 and "before the first pod serves" not in (kept.reason or "")
     assert _rendered_max_batch(cluster) == kept.batching.max_batch_size
