@@ -24,6 +24,15 @@ if TYPE_CHECKING:
 LADDER_MS = {b: 2 + 0.25 * b for b in (1, 2, 4, 8, 16, 32)}
 
 
+def _ready(cluster: Cluster, operator: OperatorProcess, namespace: str, *, keep: bool) -> dict[str, Any]:
+    """The naive start applied (spec.tuning.keepSpecStart `keep`) and Ready: the InferenceService as it is then."""
+    engine_store(cluster, namespace)
+    cluster.apply(_naive(keep), namespace=namespace)
+    wait_condition(cluster, operator, namespace, "resnet50", "Ready", "True")
+    tis: dict[str, Any] = cluster.get("tis", "resnet50", namespace)
+    return tis
+
+
 def _naive(keep: bool) -> dict[str, Any]:
     doc = example()
     spec = doc["spec"]
@@ -53,10 +62,7 @@ def _time(stamp: str) -> datetime:
 def test_a_fragile_start_is_left_before_the_first_pod_serves(
     cluster: Cluster, operator: OperatorProcess, namespace: str
 ) -> None:
-    engine_store(cluster, namespace)
-    cluster.apply(_naive(keep=False), namespace=namespace)
-    wait_condition(cluster, operator, namespace, "resnet50", "Ready", "True")
-    tis = cluster.get("tis", "resnet50", namespace)
+    tis = _ready(cluster, operator, namespace, keep=False)
     applied = InForce.from_annotation(tis["metadata"]["annotations"][APPLIED_ANNOTATION])
     assert applied.batching.max_batch_size > 1 and applied.changed_at is not None
     # Chosen before the Deployment existed, and what the pods were given from the start.
@@ -72,10 +78,7 @@ def test_a_fragile_start_is_left_before_the_first_pod_serves(
 def test_keep_spec_start_serves_the_spec_batching_first(
     cluster: Cluster, operator: OperatorProcess, namespace: str
 ) -> None:
-    engine_store(cluster, namespace)
-    cluster.apply(_naive(keep=True), namespace=namespace)
-    wait_condition(cluster, operator, namespace, "resnet50", "Ready", "True")
-    tis = cluster.get("tis", "resnet50", namespace)
+    tis = _ready(cluster, operator, namespace, keep=True)
     assert APPLIED_ANNOTATION not in tis["metadata"].get("annotations", {})
     assert _rendered_max_batch(cluster, namespace) == 1
     # The report was read (the curve is in status): the spec's start was kept by choice, not for want of a curve.
