@@ -377,6 +377,8 @@ BASELINES = ("triton-default", "aimd", "oracle", "start", "min-cost", "static-ma
 # The traces the cost targets are about: a daily swing and a load that comes and goes ("bursts": on/off).
 COST_TRACES = ("diurnal", "bursts", "on-off")
 COST_VS_MIN = 1.25  # tailtune's replica-seconds at most this times min-cost's
+GOODPUT_VS_ORACLE = 0.95  # issue 38: tailtune's goodput at least this share of the per-window oracle's
+NO_HARM = 0.99  # do no harm: tailtune's goodput at least a static baseline's less one point
 SAVING_VS_STATIC_MAX = 0.35  # ... and at least this share fewer than static-max's
 
 
@@ -581,10 +583,10 @@ def report(
         )
     m_all = [(metrics(r, by_name[r["name"]].setup if r["name"] in by_name else None), r) for r in results]
     targets = [
-        ("goodput >= 95 % of the oracle", sum(1 for x, _ in m_all if x["vs_oracle"] >= 0.95)),
-        ("goodput >= max(default, AIMD) - 1 point", sum(1 for x, _ in m_all if x["vs_best_baseline"] >= 0.99)),
-        ("goodput >= Triton default - 1 point", sum(1 for x, _ in m_all if x["vs_default"] >= 0.99)),
-        ("goodput >= start config - 1 point", sum(1 for x, _ in m_all if x["vs_start"] >= 0.99)),
+        ("goodput >= 95 % of the oracle", sum(1 for x, _ in m_all if x["vs_oracle"] >= GOODPUT_VS_ORACLE)),
+        ("goodput >= max(default, AIMD) - 1 point", sum(1 for x, _ in m_all if x["vs_best_baseline"] >= NO_HARM)),
+        ("goodput >= Triton default - 1 point", sum(1 for x, _ in m_all if x["vs_default"] >= NO_HARM)),
+        ("goodput >= start config - 1 point", sum(1 for x, _ in m_all if x["vs_start"] >= NO_HARM)),
         (">= 99 % windows in SLO outside steps", sum(1 for x, _ in m_all if x["in_slo"] >= 0.99)),
         (
             "... of the windows where the oracle (the best static config, clairvoyant) holds the SLO",
@@ -651,7 +653,7 @@ def _distribution_png(results: list[dict[str, Any]], path: Path) -> None:
     fams = sorted({r["family"] for r in results})
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
     for ax, key, label, target in (
-        (axes[0][0], "vs_oracle", "goodput / oracle", 0.95),
+        (axes[0][0], "vs_oracle", "goodput / oracle", GOODPUT_VS_ORACLE),
         (axes[0][1], "vs_best_baseline", "goodput / max(default, AIMD)", 0.99),
         (axes[1][0], "cost_vs_min", "replica-seconds / min-cost's", COST_VS_MIN),
         (axes[1][1], "saving_vs_static_max", "1 - replica-seconds / static-max's", SAVING_VS_STATIC_MAX),

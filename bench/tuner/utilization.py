@@ -31,8 +31,6 @@ from bench.tuner import run  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "utilization"
 TARGETS = (0.85, 0.9, 0.95)
-# The do-no-harm tolerance of run.py's report: goodput at least the better static baseline's less one point.
-HARM_POINTS = 0.01
 
 
 def _family(flag: str, target: float, jobs: int, baselines: Path | None, out: Path) -> list[dict[str, Any]]:
@@ -55,8 +53,8 @@ def figures(cost: list[dict[str, Any]], wide: list[dict[str, Any]]) -> dict[str,
         "cost_n": len(ratios),
         "saving_median": float(np.median([x["saving_vs_static_max"] for x in c])),
         "fair_windows_min": min(x.get("in_slo_reachable", 1.0) for x in c),
-        "wide_oracle": sum(x["vs_oracle"] >= 0.95 for x in w),
-        "wide_harmless": sum(x["vs_best_baseline"] >= 1.0 - HARM_POINTS for x in w),
+        "wide_oracle": sum(x["vs_oracle"] >= run.GOODPUT_VS_ORACLE for x in w),
+        "wide_harmless": sum(x["vs_best_baseline"] >= run.NO_HARM for x in w),
         "wide_worst": min(x["vs_oracle"] for x in w),
         "wide_worst_harm": min(x["vs_best_baseline"] for x in w),
         "wide_n": len(w),
@@ -78,7 +76,7 @@ def plot(rows: list[tuple[float, dict[str, float]]], path: Path) -> None:
     a.legend()
     b.plot(xs, [f["wide_worst"] for _, f in rows], "o-", label="worst goodput / oracle")
     b.plot(xs, [f["wide_worst_harm"] for _, f in rows], "s--", label="worst goodput / max(default, AIMD)")
-    b.axhline(0.95, color="grey", lw=0.8)
+    b.axhline(run.GOODPUT_VS_ORACLE, color="grey", lw=0.8)
     b.set(xlabel="spec.tuning.targetUtilization", ylabel="ratio", title="wide family (out of sample)")
     b.legend()
     fig.tight_layout()

@@ -150,10 +150,13 @@ def build_curve(isvc: InferenceService) -> tuple[CurvePoint, ...]:
     recorded = isvc.status.service_time
     if recorded.engine_cache_key != engine_cache_key(isvc):
         return ()
+    return build_points(recorded.points)
+
+
+def build_points(points: Sequence[ServiceTimePoint]) -> tuple[CurvePoint, ...]:
+    """The build's points of a service-time record (status.serviceTime, or a build report) as the tuner's curve."""
     return tuple(
-        CurvePoint(batch=p.batch, ms=p.ms, samples=p.samples, source="build")
-        for p in recorded.points
-        if p.source == "build"
+        CurvePoint(batch=p.batch, ms=p.ms, samples=p.samples, source="build") for p in points if p.source == "build"
     )
 
 

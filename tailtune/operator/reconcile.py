@@ -29,6 +29,7 @@ from tailtune.operator.builders.triton import (
     serving_digest,
 )
 from tailtune.operator.engine import (
+    build_points,
     engine_cache_key,
     engine_info,
     engine_status,
@@ -43,7 +44,6 @@ from tailtune.operator.observed import ChildRejected, DeploymentObservation, Eng
 from tailtune.operator.rollout import RolloutState
 from tailtune.operator.spec_checks import check_spec, describe_rejection, describe_validation_error
 from tailtune.triton.config import ConfigError
-from tailtune.tuner.servicetime import CurvePoint
 from tailtune.tuner.types import InForce
 
 log = logging.getLogger(__name__)
@@ -261,12 +261,7 @@ async def _choose_before_serving(
     annotation the tuner keeps) and rendered, so the first pods start with it and no reload lands on the first
     requests; one Event says so. Unchanged otherwise."""
     info = desired.engine_info
-    curve = tuple(
-        CurvePoint(batch=p.batch, ms=p.ms, samples=p.samples, source="build")
-        for p in (info.service_time if info is not None else ())
-        if p.source == "build"
-    )
-    decision = chosen_before_serving(isvc, curve, now)
+    decision = chosen_before_serving(isvc, build_points(info.service_time if info is not None else ()), now)
     if decision is None:
         return isvc, desired
     # The Event first, as for a condition's transition: a kill between the two makes the resumed operator choose

@@ -88,9 +88,9 @@ def replicas_not_ready(
     return None
 
 
-# In order, after the window already seen and the learning from it (`law.decide`).
 # The gate that bound a choice made before the first pod serves (`before_serving`).
 BEFORE_SERVING = "before-serving"
+# In order, after the window already seen and the learning from it (`law.decide`).
 BEFORE_READING = (no_traffic, signal_missing, stale_window, replicas_not_ready)
 
 
