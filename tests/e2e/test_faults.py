@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -476,13 +476,16 @@ _restarted: list[Process] = []  # components this module restarted: kept referen
 CONTROLLERS = ("kube-controller-manager", "kube-scheduler", "kwok")
 
 
-def _restart(name: str, down_s: float = 0) -> None:
-    """Stops a component of the local cluster by the PID `up` recorded and starts it with the same command line."""
+def _restart(name: str, down_s: float = 0, while_down: Callable[[], object] | None = None) -> None:
+    """Stops a component of the local cluster by the PID `up` recorded and starts it with the same command line;
+    `while_down` is called once it is stopped."""
     if os.environ.get("TAILTUNE_KUBECONFIG"):
         pytest.skip("TAILTUNE_KUBECONFIG: not a cluster this suite started, its processes are not ours")
     layout = Layout(state_dir())
     state = LocalCluster.load(layout.state)
     stop(name, recorded(layout)[name])
+    if while_down is not None:
+        while_down()
     time.sleep(down_s)
     _restarted.append(start(layout, name, command_lines(layout, Path(state.bin_dir), state.ports)[name]))
 
@@ -499,17 +502,40 @@ def restart_component(cluster: Cluster, name: str, down_s: float) -> float:
 
 
 def restore_controllers(cluster: Cluster) -> None:
-    """Restarts Kubernetes' controllers and kwok and waits until a new namespace gets its ServiceAccount: after
-    an API server restart their watches may take up to a minute to come back (client-go backoff), which is not
-    what the next test is about."""
+    """Restarts Kubernetes' controllers and kwok and waits until a new namespace gets its ServiceAccount and kwok
+    holds every kwok node's lease: after an API server restart their watches may take up to a minute to come back
+    (client-go backoff), which is not what the next test is about.
+
+    The node leases the stopped kwok held are deleted before the new one starts: kwok plays a node's pods only
+    once it holds the node's lease, and the new kwok (a new holder identity) waited out the old one's lease
+    (--node-lease-duration-seconds=40): up to 40 s in which the next test's pods were scheduled and stayed
+    Pending (CI: the etcd restart case after the kube-apiserver one, the rolling-change case after that)."""
     for name in CONTROLLERS:
-        _restart(name)
+        release = (lambda: cluster.kubectl("delete", "leases", "--all", "-n", NODE_LEASES)) if name == "kwok" else None
+        _restart(name, while_down=release)
     probe = f"probe-{secrets.token_hex(3)}"
     cluster.kubectl("create", "namespace", probe)
     try:
         cluster.wait_for("the controllers back", lambda: cluster.get("serviceaccount", "default", probe), 60)
     finally:
         cluster.kubectl("delete", "namespace", probe, "--wait=false", check=False)
+    cluster.wait_for("kwok holding every kwok node's lease", lambda: kwok_leases_held(cluster), 60)
+
+
+NODE_LEASES = "kube-node-lease"
+
+
+def kwok_leases_held(cluster: Cluster) -> bool:
+    """Every node kwok manages (annotated kwok.x-k8s.io/node=fake) has a lease with a holder (after the deletion
+    above: the new kwok's)."""
+    nodes = cluster.get("nodes")["items"]
+    fake = {
+        n["metadata"]["name"] for n in nodes if n["metadata"].get("annotations", {}).get("kwok.x-k8s.io/node") == "fake"
+    }
+    leases = {
+        lease["metadata"]["name"]: lease["spec"] for lease in cluster.get("leases", namespace=NODE_LEASES)["items"]
+    }
+    return all(leases.get(n, {}).get("holderIdentity") for n in fake)
 
 
 def scale_to_two_and_wait(cluster: Cluster, namespace: str, acting: OperatorProcess, what: str) -> None:
