@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -197,6 +198,24 @@ def served(
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
+def slo_now(
+    cluster: Cluster, namespace: str, name: str, status: str, reason: str, seen: list[Any] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(the condition, status.latency) when SLOMet has this status and reason now, else None; `seen` gets what was
+    read."""
+    tis = cluster.get("tis", name, namespace)
+    c = condition(tis, "SLOMet")
+    if seen is not None:
+        seen[:] = [c, (tis or {}).get("status", {}).get("latency")]
+    latency = (tis or {}).get("status", {}).get("latency") or {}
+    # A verdict on a figure is told with the figure: a later tick's problem may already be in status.latency
+    # while reconcile has yet to write its condition (two writes, the tuner's then reconcile's).
+    consistent = reason not in JUDGED_VERDICTS or not latency.get("problem")
+    if c and c["status"] == status and c["reason"] == reason and consistent:
+        return c, latency
+    return None
+
+
 def wait_slo(
     cluster: Cluster, served: tuple[str, dict[str, str], OperatorProcess], name: str, status: str, reason: str,
     timeout_s: float = 28,
@@ -206,16 +225,7 @@ def wait_slo(
     seen: list[Any] = []
 
     def check() -> tuple[dict[str, Any], dict[str, Any]] | None:
-        tis = cluster.get("tis", name, namespace)
-        c = condition(tis, "SLOMet")
-        seen[:] = [c, (tis or {}).get("status", {}).get("latency")]
-        latency = (tis or {}).get("status", {}).get("latency") or {}
-        # A verdict on a figure is told with the figure: a later tick's problem may already be in status.latency
-        # while reconcile has yet to write its condition (two writes, the tuner's then reconcile's).
-        consistent = reason not in JUDGED_VERDICTS or not latency.get("problem")
-        if c and c["status"] == status and c["reason"] == reason and consistent:
-            return c, latency
-        return None
+        return slo_now(cluster, namespace, name, status, reason, seen)
 
     try:
         return cluster.wait_for(f"SLOMet={status} {reason} on {namespace}/{name}", check, timeout_s)
@@ -318,34 +328,79 @@ def test_a_window_from_before_the_last_change_is_settling_never_false(cluster: C
     assert latency["overlapsChange"] is True and latency.get("cleanMs") is None
 
 
-@pytest.mark.parametrize(
-    ("case", "status", "reason"), [("under", "True", "WithinSLO"), ("nodata", "Unknown", "NoLatencyData")]
-)
+AT_REST = [("under", "True", "WithinSLO"), ("nodata", "Unknown", "NoLatencyData")]
+# The settling tick after the first verdict may still write (the good-window count reaching its relax point).
+AT_REST_TICKS = 4
+AT_REST_TICKS_TIMEOUT_S = 40
+
+
+@dataclass
+class AtRest:
+    """What test_at_rest_a_tick_writes_nothing checks, seen for its cases over the same ticks: the objects tick side
+    by side (5 s apart each), so one watch of `AT_REST_TICKS` ticks, then `AT_REST_TICKS` more, serves every case
+    whose verdict holds when it starts, instead of one such watch per case after the other. Per case: its
+    resourceVersion after the first ticks, the object after the next ones, or why it was not seen."""
+
+    cluster: Cluster
+    served: Served
+    fake: FakePrometheus
+    seen: dict[str, tuple[str, dict[str, Any], str] | str] = field(default_factory=dict)
+
+    def queries(self, case: str) -> int:
+        return sum(1 for c, q in list(self.fake.queries) if c == case and FAKE_METRIC in q)
+
+    def _ticks(self, cases: list[str], ticks_from: dict[str, int], what: str) -> list[str]:
+        """Waits until each case has sent `AT_REST_TICKS` ticks' queries past its count in `ticks_from` (40 s at
+        most, for all of them together, as for one); those that did not are told why in `seen`, the rest returned."""
+        deadline = time.monotonic() + AT_REST_TICKS_TIMEOUT_S
+        while True:
+            late = [c for c in cases if self.queries(c) < ticks_from[c] + AT_REST_TICKS]
+            if not late or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        waited = f"timed out after {AT_REST_TICKS_TIMEOUT_S} s waiting for {AT_REST_TICKS} {what} of"
+        for case in late:
+            self.seen[case] = f"{waited} {case}"
+        return [c for c in cases if c not in late]
+
+    def watch(self, case: str) -> tuple[str, dict[str, Any], str] | str:
+        """For `case`, whose verdict the caller has seen: (resourceVersion after `AT_REST_TICKS` ticks, the object
+        after as many more, the operator's log then), or a timeout's words. Cases not yet watched whose verdict
+        holds now are watched along."""
+        if case not in self.seen:
+            namespace, _, op = self.served
+            cases = [case] + [
+                c
+                for c, status, reason in AT_REST
+                if c != case and c not in self.seen and slo_now(self.cluster, namespace, c, status, reason)
+            ]
+            start = {c: self.queries(c) for c in cases}
+            cases = self._ticks(cases, start, "ticks")
+            versions = {c: self.cluster.get("tis", c, namespace)["metadata"]["resourceVersion"] for c in cases}
+            more = {c: self.queries(c) for c in cases}
+            for c in self._ticks(cases, more, "more ticks"):
+                self.seen[c] = (versions[c], self.cluster.get("tis", c, namespace), op.log_tail(20))
+        return self.seen[case]
+
+
+@pytest.fixture(scope="module")
+def at_rest(cluster: Cluster, served: Served, fake_prometheus: FakePrometheus) -> AtRest:
+    return AtRest(cluster, served, fake_prometheus)
+
+
+@pytest.mark.parametrize(("case", "status", "reason"), AT_REST)
 def test_at_rest_a_tick_writes_nothing(
-    cluster: Cluster, served: Served, fake_prometheus: FakePrometheus, case: str, status: str, reason: str
+    cluster: Cluster, served: Served, at_rest: AtRest, case: str, status: str, reason: str
 ) -> None:
     """A steady signal (the same P99 and rate each window, only the window moving) and a steadily missing one: once
     SLOMet says so, the object's resourceVersion stays put while the tuner ticks on (each tick is seen as the
     queries it sends the fake Prometheus). Before: every 5 s tick rewrote status.latency's window times and the
     tuner-state annotation's good-window count (244 resourceVersions in 21 minutes on one object)."""
-    namespace, _, op = served
     wait_slo(cluster, served, case, status, reason)
-    # The settling tick after the first verdict may still write (the good-window count reaching its relax point).
-    ticks = 4
-
-    def queries() -> int:
-        return sum(1 for c, q in list(fake_prometheus.queries) if c == case and FAKE_METRIC in q)
-
-    def after(n: int) -> bool:
-        return queries() >= n
-
-    start = queries()
-    cluster.wait_for(f"{ticks} ticks of {case}", lambda: after(start + ticks), 40)
-    version = cluster.get("tis", case, namespace)["metadata"]["resourceVersion"]
-    seen = queries()
-    cluster.wait_for(f"{ticks} more ticks of {case}", lambda: after(seen + ticks), 40)
-    tis = cluster.get("tis", case, namespace)
+    seen = at_rest.watch(case)  # AT_REST_TICKS ticks, then AT_REST_TICKS more (with the other cases, see AtRest)
+    if isinstance(seen, str):
+        pytest.fail(seen)
+    version, tis, log = seen
     assert tis["metadata"]["resourceVersion"] == version, (
-        f"{case}: written at rest: {tis['status'].get('latency')}\n{tis['metadata'].get('annotations')}\n"
-        + op.log_tail(20)
+        f"{case}: written at rest: {tis['status'].get('latency')}\n{tis['metadata'].get('annotations')}\n" + log
     )
