@@ -770,14 +770,34 @@ def test_many_objects_10_percent_invalid(
         cluster.kubectl("delete", "node", node, "--wait=false", check=False)
 
 
+# What an operator watches (InferenceServices, their Jobs and Deployments) and what runs under them.
+DRAINED = "inferenceservices,deployments,replicasets,jobs,pods"
+
+
 def drain_namespaces(cluster: Cluster, names: tuple[str, ...], timeout_s: float = 420) -> None:
     """Deletes the namespaces and waits until they are gone: every InferenceService finalized by this module's
     operator and every child collected. Left in flight, the scale test's 380 objects and their children were
     what the next test's freshly started operators resumed first (CI, stop 24: the HA pair's active operator
-    still replaying their Deployments when its own object's 90 s ran out)."""
-    for name in names:
-        cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    still replaying their Deployments when its own object's 90 s ran out).
+
+    The InferenceServices are deleted first and the namespaces once nothing of DRAINED is left in them: the
+    namespace controller deletes pods first and, while any is left, looks again only after half their grace
+    period plus a second (16 s), then deletes the rest; a namespace deleted with its 95 objects in it took
+    28-32 s to go, most of it that wait. Deleted by their owners' deletion (the garbage collector, kwok), the
+    children are gone in a few seconds and the empty namespaces follow."""
     start = time.monotonic()
+    for name in names:
+        cluster.kubectl("delete", "inferenceservices", "--all", "-n", name, "--wait=false", check=False)
+
+    def empty(namespace: str) -> bool:
+        left = cluster.kubectl("get", DRAINED, "-n", namespace, "-o", "name", check=False)
+        return left.returncode == 0 and not left.stdout.strip()
+
+    try:
+        cluster.wait_for(f"{', '.join(names)} emptied", lambda: all(empty(n) for n in names), timeout_s)
+    finally:
+        for name in names:
+            cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
     cluster.wait_for(
         f"namespaces {', '.join(names)} deleted",
         lambda: all(cluster.get("namespace", n) is None for n in names),
