@@ -41,6 +41,7 @@ import numpy as np
 from tailtune.offline.whatif import (
     STEP_WINDOWS,
     Setup,
+    excess_by_rule,
     read_curve,
     run_policy,
     settle_intervals,
@@ -537,6 +538,66 @@ def _cost_section(m_all: list[tuple[dict[str, float], dict[str, Any]]]) -> list[
     return lines
 
 
+def _excess(r: dict[str, Any]) -> dict[str, float]:
+    """`excess_by_rule` of tailtune over min-cost in one scenario's results, as shares of min-cost's replica-seconds."""
+    tl = r["tailtune"]["timeline"]
+    interval = tl[1]["t_s"] - tl[0]["t_s"] if len(tl) > 1 else INTERVAL
+    least = r["min-cost"]["replica_seconds"]
+    return {k: _ratio(v, least) for k, v in excess_by_rule(r["tailtune"], r["min-cost"], interval).items()}
+
+
+def _excess_section(results: list[dict[str, Any]], png: Path) -> list[str]:
+    """Where tailtune's replicas above min-cost's go, by the rule that set or kept its count; a stacked bar per
+    scenario in `png`."""
+    rows = [(r["name"], _excess(r)) for r in results if "min-cost" in r]
+    if not rows:
+        return []
+    rules = sorted({k for _, e in rows for k in e}, key=lambda k: -sum(e.get(k, 0.0) for _, e in rows))
+    lines = [
+        "",
+        "### Where the replicas above min-cost's go",
+        "",
+        "Window by window, tailtune's replicas above min-cost's times the interval, put down to the gate or guard "
+        "that tailtune's last decision before the window names as bound by (the last to change its proposal: some "
+        "limit the batching, not the count) or, where it names none, to `plan` (the plan's own count: the demand "
+        "with its margin at the target utilisation). Shares of min-cost's replica-seconds; windows where tailtune "
+        "holds fewer are not netted out, and a count is read at each window's end (min-cost asks for a window's "
+        "replicas a pod start ahead, tailtune's fast path between ticks), so a scenario's shares need not add up to "
+        "its ratio less one. Drawn in `excess.png`.",
+        "",
+        "| rule | median share | max share | scenarios where it is the largest |",
+        "|---|---|---|---|",
+    ]
+    for k in rules:
+        shares = [e.get(k, 0.0) for _, e in rows]
+        largest = sum(1 for _, e in rows if max(e, key=lambda x: e[x], default="") == k)
+        lines.append(f"| {k} | {np.median(shares):.3f} | {max(shares):.3f} | {largest}/{len(rows)} |")
+    _excess_png(rows, rules, png)
+    return [*lines, "", f"![excess]({png.name})"]
+
+
+def _excess_png(rows: list[tuple[str, dict[str, float]]], rules: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(11, 0.45 * len(rows) + 1.8))
+    left = np.zeros(len(rows))
+    for k in rules:
+        shares = np.array([e.get(k, 0.0) for _, e in rows])
+        ax.barh([n for n, _ in rows], shares, left=left, label=k)
+        left += shares
+    ax.axvline(COST_VS_MIN - 1.0, color="red", linestyle="--", label=f"{COST_VS_MIN:g}x min-cost")
+    ax.invert_yaxis()
+    ax.set_xlabel("replica-seconds above min-cost's / min-cost's")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def report(
     results: list[dict[str, Any]],
     out: Path,
@@ -606,6 +667,7 @@ def report(
     lines += ["", "## Targets: scenarios meeting each", ""]
     lines += [f"- {name}: {n}/{len(results)}" for name, n in targets]
     lines += _cost_section(m_all)
+    lines += _excess_section(results, out / "excess.png")
     worst = sorted(m_all, key=lambda xr: xr[0]["vs_oracle"])[:5]
     for stale in out.glob("worst-*.png"):  # an earlier run's worst: not this report's
         stale.unlink()

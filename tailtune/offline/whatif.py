@@ -59,6 +59,9 @@ STEP_WINDOWS = 2
 # How long after the trace's (or a judged window's) end a request still queued is waited for before it counts as
 # never answered (a bound on the simulation, far past any SLO judged here).
 LATE_S = 60.0
+# What `excess_by_rule` puts a count down to where the decision names no gate or guard: the plan's own count (the
+# demand with its margin, at the target utilisation).
+PLAN = "plan"
 
 
 class InputError(ValueError):
@@ -190,6 +193,8 @@ class Run:
     knobs: list[tuple[float, int, int, int]] = field(default_factory=list)  # (t, max batch, delay, replicas)
     changes: int = 0
     codes: list[tuple[float, str, str]] = field(default_factory=list)  # (t, reason code, reason)
+    # (t, the gate or guard a tailtune decision names as bound by; "" where the plan itself set the config)
+    bounds: list[tuple[float, str]] = field(default_factory=list)
     replica_seconds: float = 0.0  # over the trace, from each replica's request until it is let go
     replica_seconds_ready: float = 0.0  # the same, from each replica's readiness
     shed: Floats = field(default_factory=lambda: np.empty(0))  # arrivals rejected by the queue timeout (shedding)
@@ -321,6 +326,7 @@ def run_tailtune(setup: Setup, forecast: bool = False) -> Run:
     if first.changed:
         run.changes += 1
         run.codes.append((0.0, first.reason_code, first.reason))
+        run.bounds.append((0.0, first.bound_by))
 
     class Reader:
         def read(self, window_end: datetime) -> Observation:
@@ -333,6 +339,7 @@ def run_tailtune(setup: Setup, forecast: bool = False) -> Run:
     class Recorder:
         def record(self, decision: Decision, observation: Observation) -> None:
             run.codes.append((sim.now, decision.reason_code, decision.reason))
+            run.bounds.append((sim.now, decision.bound_by))
 
     fast = FastPath() if setup.fast_path else None
     # The operator's tuner ticks as soon as a pod is ready, before traffic: one tick at t=0, then every interval.
@@ -607,6 +614,7 @@ def summarize(setup: Setup, policy: str, run: Run | None = None) -> dict[str, An
         knobs = [(i * setup.interval_s, mb, d, setup.replicas_max) for i, (mb, d) in enumerate(cfgs)]
         changes = sum(1 for i in range(1, len(cfgs)) if cfgs[i] != cfgs[i - 1])
         codes: list[tuple[float, str, str]] = []
+        bounds: dict[float, str] = {}
         # It holds every replica from the start, all of them ready.
         replica_seconds = ready_seconds = setup.replicas_max * setup.end_s
         answered, shed_share, rejected = np.full(len(good), np.nan), np.zeros(len(good)), 0.0  # not replayed
@@ -614,6 +622,7 @@ def summarize(setup: Setup, policy: str, run: Run | None = None) -> dict[str, An
         run = run or run_policy(setup, policy)
         good, pct = windows_goodput(run, setup)
         knobs, changes, codes = run.knobs, run.changes, run.codes
+        bounds = dict(run.bounds)
         replica_seconds, ready_seconds = run.replica_seconds, run.replica_seconds_ready
         answered, shed_share = windows_answered(run, setup)
         rejected = len(run.shed) / max(len(run.arrivals), 1)
@@ -635,7 +644,9 @@ def summarize(setup: Setup, policy: str, run: Run | None = None) -> dict[str, An
         mb, delay, reps = k[1], k[2], k[3]
         while said < len(codes) and codes[said][0] < end - 1e-6:
             said += 1
-        code = codes[said][1] if said < len(codes) and abs(codes[said][0] - end) < 1e-6 else ""
+        decided = said < len(codes) and abs(codes[said][0] - end) < 1e-6
+        code = codes[said][1] if decided else ""
+        bound = bounds.get(codes[said][0], "") if decided else ""
         timeline.append(
             {
                 "t_s": round(t, 3),
@@ -646,6 +657,7 @@ def summarize(setup: Setup, policy: str, run: Run | None = None) -> dict[str, An
                 "delay_us": delay,
                 "replicas": reps,
                 "decision": code,
+                "bound_by": bound,  # the gate or guard the decision names ("": none, or no decision)
                 "p_answered_ms": round(float(answered[w]), 3) if math.isfinite(answered[w]) else None,
                 "rejected_share": round(float(shed_share[w]), 4),
             }
@@ -673,6 +685,24 @@ def summarize(setup: Setup, policy: str, run: Run | None = None) -> dict[str, An
         "final": {"max_batch": final["max_batch"], "delay_us": final["delay_us"], "replicas": final["replicas"]},
         "timeline": timeline,
     }
+
+
+def excess_by_rule(policy: dict[str, Any], least: dict[str, Any], interval_s: float) -> dict[str, float]:
+    """Replica-seconds a policy's summary holds above another's (`least`: min-cost's), window by window (each
+    window's replicas at its end, times the interval), put down to the gate or guard the last tick's decision
+    before the window names as bound by (`bound_by`: the last to change the decision's proposal, which may have
+    limited its batching rather than its count), else to the plan (`PLAN`; a fast path scale-out between ticks is
+    put down to the next tick, which keeps or undoes it). Windows where it holds
+    fewer add nothing: this is where the replicas above the least go, not a net difference."""
+    out: dict[str, float] = {}
+    rule = PLAN
+    for w, v in zip(policy["timeline"], least["timeline"], strict=True):
+        above = w["replicas"] - v["replicas"]
+        if above > 0:
+            out[rule] = out.get(rule, 0.0) + above * interval_s
+        if w["decision"]:  # the decision at this window's end keeps or sets the count of the next
+            rule = w.get("bound_by") or PLAN
+    return out
 
 
 def settle_intervals(

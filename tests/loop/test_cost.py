@@ -8,9 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from tailtune.offline.whatif import Setup, run_policy, summarize
+from tailtune.offline.whatif import PLAN, Setup, excess_by_rule, run_policy, summarize
 from tailtune.sim.curves import PiecewiseCurve
 from tailtune.tuner.control import assess
+from tailtune.tuner.servicetime import ladder
 from tests.sampling import cases, full_families
 
 # A day's swing in the simulator: long enough that the falling half outlasts the demand's memory (the HPA's 300 s,
@@ -102,3 +103,26 @@ def test_the_measured_margin_gives_back_what_the_fixed_one_held_on_a_smooth_day_
         assert measured["replica_seconds"] < fixed["replica_seconds"], (i, measured["replica_seconds"])
         held = measured["windows_in_slo_excluding_steps"]
         assert held >= 0.99 * measured["windows_excluding_steps"], (i, held)
+
+
+def test_the_excess_of_a_simulated_run_sums_its_windows_above_min_cost() -> None:
+    """On a simulated run: the rules' replica-seconds add up to the windows' replicas above min-cost's, and each
+    rule is one tailtune's decisions named (or the plan)."""
+    setup = Setup(
+        curve=PiecewiseCurve(tuple((b, 2 + 0.4 * b**1.3) for b in ladder(32)), "power-1.3"),
+        segments=((0.0, 240.0, 400.0), (240.0, 480.0, 60.0)),
+        slo_ms=60.0,
+        replicas=2,
+        replicas_max=2,
+        seed=5,
+    )
+    ours, least = summarize(setup, "tailtune"), summarize(setup, "min-cost")
+    got = excess_by_rule(ours, least, setup.interval_s)
+    above = sum(
+        max(0, w["replicas"] - v["replicas"]) * setup.interval_s
+        for w, v in zip(ours["timeline"], least["timeline"], strict=True)
+    )
+    assert above > 0  # a fall to a sixth of the load: tailtune gives back later than the clairvoyant
+    assert sum(got.values()) == pytest.approx(above)
+    named = {w["bound_by"] for w in ours["timeline"] if w["decision"]}
+    assert set(got) <= named | {PLAN}

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tailtune.offline.whatif import InputError, Setup, read_curve, read_trace, summarize
+from tailtune.offline.whatif import PLAN, InputError, Setup, excess_by_rule, read_curve, read_trace, summarize
 from tailtune.sim.curves import PiecewiseCurve
 from tailtune.tuner.servicetime import ladder
 
@@ -293,3 +293,30 @@ def test_window_goodput_does_not_depend_on_the_order_of_the_requests() -> None:
         mine = latency[(arrivals >= 30 * w) & (arrivals < 30 * (w + 1))]
         assert good[w] == pytest.approx(np.count_nonzero(mine * 1000 <= 30.0) / 30.0)
     assert good[3] == 0.0 and pct[3] == 0.0
+
+
+def _window(t: float, replicas: int, decision: str = "", bound_by: str = "") -> dict[str, object]:
+    return {"t_s": t, "replicas": replicas, "decision": decision, "bound_by": bound_by}
+
+
+def test_replicas_above_the_least_are_put_down_to_the_rule_that_kept_them() -> None:
+    """Each window's replicas above the least count go to the gate or guard the decision before the window names
+    (the plan where it names none); a window with fewer replicas takes nothing back."""
+    ours = {
+        "timeline": [
+            _window(0, 5, "NoTraffic", "no-traffic"),
+            _window(30, 5, "Settled", "no-scale-in-under-pressure"),
+            _window(60, 3, "ScaledIn", ""),
+            _window(90, 3),  # no decision at this window's end: the plan's count still holds
+            _window(120, 1, "Settled", "scale-in-above-too-few"),
+            _window(150, 2),
+        ]
+    }
+    least = {"timeline": [_window(30.0 * i, n) for i, n in enumerate((2, 2, 2, 1, 2, 1))]}
+    got = excess_by_rule(ours, least, 30.0)
+    assert got == {
+        PLAN: (5 - 2) * 30.0 + (3 - 1) * 30.0,
+        "no-traffic": 3 * 30.0,
+        "no-scale-in-under-pressure": 30.0,
+        "scale-in-above-too-few": 30.0,
+    }
