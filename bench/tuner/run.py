@@ -320,12 +320,12 @@ COST_REPLICA_RPS_MAX = 1000.0
 
 
 def _cost_segments(
-    kind: str, peak: float, interval: float, rng: np.random.Generator
+    kind: str, peak: float, interval: float, rng: np.random.Generator, period_s: float = COST_PERIOD_S
 ) -> list[tuple[float, float, float]]:
-    """One cycle of COST_PERIOD_S, an interval a segment: a daily swing (trough 10-35 % of the peak) or on/off
+    """One cycle of `period_s`, an interval a segment: a daily swing (trough 10-35 % of the peak) or on/off
     phases (off at 5-20 % of the peak); each interval's rate times a lognormal wiggle of 0-10 % (a measured
     trace is never smooth)."""
-    n = round(COST_PERIOD_S / interval)
+    n = round(period_s / interval)
     wiggle = float(rng.uniform(0.0, 0.1))
     if kind == "diurnal":
         low = peak * float(rng.uniform(0.1, 0.35))
@@ -346,11 +346,12 @@ def _cost_segments(
     ]
 
 
-def cost_scenarios(seed: int = COST_SEED, count: int | None = None) -> list[Scenario]:
+def cost_scenarios(seed: int = COST_SEED, count: int | None = None, period_s: float = COST_PERIOD_S) -> list[Scenario]:
     """The family the cost targets are about: an hour of a daily swing or of on/off phases on a fleet (4-8
     replicas, the peak 0.6-0.9 of what they carry within the SLO), every curve family, 1-2 instances. Each starts
     at the most replicas and the start config (where static-max stays); tailtune runs with the surge fast path,
-    as the operator does by default."""
+    as the operator does by default. `period_s`: the cycle's length (a day compressed less; the same draws of
+    curves and fleets only for the default, whose names carry no period)."""
     rng = np.random.default_rng(seed)
     measured = sorted(MEASURED.glob("*.csv")) if MEASURED.exists() else []
     families = [f for f in COST_FAMILIES if f != "measured" or measured]
@@ -367,9 +368,10 @@ def cost_scenarios(seed: int = COST_SEED, count: int | None = None) -> list[Scen
         instances = int(rng.choice([1, 1, 2]))
         start = int(rng.choice([1, 8, curve.engine_max]))
         peak = float(rng.uniform(0.6, 0.9)) * replicas_max * _capacity_within(curve, slo)
-        segs = _cost_segments(trace, peak, INTERVAL, rng)
+        segs = _cost_segments(trace, peak, INTERVAL, rng, period_s)
         setup = _fleet(curve, segs, slo, instances, replicas_max, start, 9000 + i + seed % 100_000)
         name = f"{i:03d}-{family}-{trace}-r{replicas_max}-i{instances}-s{setup.start_max_batch}"
+        name += f"-p{period_s:g}s" if period_s != COST_PERIOD_S else ""
         out.append(Scenario(name, family, trace, setup))
     return out
 
@@ -606,18 +608,19 @@ def report(
     count: int | None = None,
     wide: bool = False,
     cost: bool = False,
+    period_s: float = COST_PERIOD_S,
 ) -> str:
     """Markdown report: targets, distribution per family, the 5 worst; PNGs beside it."""
     from tailtune.offline.whatif import plot
 
-    drawn = _drawn(quick, seed, count, wide, cost)
+    drawn = _drawn(quick, seed, count, wide, cost, period_s)
     by_name = {sc.name: sc for sc in drawn}
     default_seed = WIDE_SEED if wide else COST_SEED if cost else SEED
     lines = [
         "# Tuner benchmark (simulator)",
         "",
         f"{len(results)} scenarios; `python bench/tuner/run.py{' --quick' if quick else ''}{' --wide' if wide else ''}"
-        f"{' --cost' if cost else ''}"
+        f"{' --cost' if cost else ''}{f' --period-s {period_s:g}' if period_s != COST_PERIOD_S else ''}"
         f"{f' --seed {seed}' if seed != default_seed else ''}{f' --count {count}' if count else ''}`. "
         "Goodput = requests answered within the SLO per second; ratios are tailtune / baseline in the same run."
         + (
@@ -697,12 +700,14 @@ def report(
     return "\n".join(lines)
 
 
-def _drawn(quick: bool, seed: int, count: int | None, wide: bool, cost: bool) -> list[Scenario]:
+def _drawn(
+    quick: bool, seed: int, count: int | None, wide: bool, cost: bool, period_s: float = COST_PERIOD_S
+) -> list[Scenario]:
     """The family a run draws."""
     if wide:
         return wide_scenarios(seed, count)
     if cost:
-        return cost_scenarios(seed, count)
+        return cost_scenarios(seed, count, period_s)
     return scenarios(quick, seed, count)
 
 
@@ -758,6 +763,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the cost family (default 8 scenarios, ~1 h of CPU): an hour of a daily swing or on/off phases on 4-8 "
         "replicas, for the replica-seconds targets",
     )
+    ap.add_argument(
+        "--period-s",
+        type=float,
+        default=COST_PERIOD_S,
+        help=f"with --cost: the cycle's length in seconds (default {COST_PERIOD_S:g}: a day compressed 24x; longer "
+        "weighs the law's fixed time constants, the 300 s memory and the pod start among them, less)",
+    )
     ap.add_argument("--count", type=int, default=None, help="scenarios to draw (default 120, 12 with --quick)")
     ap.add_argument("--only", default="", help="run only scenarios whose name matches this regular expression")
     ap.add_argument("--report-only", action="store_true", help="rewrite the report from results.json")
@@ -780,7 +792,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only:
         results = json.loads((args.out / "results.json").read_text())
     else:
-        drawn = _drawn(args.quick, seed, args.count, args.wide, args.cost)
+        drawn = _drawn(args.quick, seed, args.count, args.wide, args.cost, args.period_s)
         scs = [s for s in drawn if re.search(args.only, s.name)]
         if args.target_utilization is not None:
             u = args.target_utilization
@@ -797,7 +809,7 @@ def main(argv: list[str] | None = None) -> int:
             for res in pool.map(run_one, scs, base):
                 results.append(res)
                 (args.out / "results.json").write_text(json.dumps(results))
-    text = report(results, args.out, args.quick, seed, args.count, args.wide, args.cost)
+    text = report(results, args.out, args.quick, seed, args.count, args.wide, args.cost, args.period_s)
     (args.out / "report.md").write_text(text)
     print(text.split("## The 5 worst")[0])
     print(f"{len(results)} scenarios in {time.perf_counter() - t0:.0f} s; report {args.out / 'report.md'}")
