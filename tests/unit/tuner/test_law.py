@@ -29,6 +29,7 @@ from tests.unit.tuner.families import (
     NOW,
     SPAN,
     Case,
+    Fn,
     capacity,
     in_force_share,
     make_case,
@@ -41,6 +42,13 @@ from tests.unit.tuner.families import make_curve as families_curve
 
 FAMILY = 300  # cases in a family (the benchmark's sweep); the suite draws a sample of it
 CASES = cases(FAMILY)
+
+
+def _planned_case(rng: np.random.Generator, i: int) -> tuple[Fn, int, Policy]:
+    """Case `i` of a planner family: a curve of the i-th kind, an engine's max batch, a policy over them."""
+    t = families_curve(rng, KINDS[i % len(KINDS)])
+    top = int(rng.choice([8, 16, 32, 64, 128]))
+    return t, top, make_policy(rng, t, top)
 
 
 def _curve(policy: Policy, decision: Decision) -> Curve:
@@ -95,9 +103,7 @@ def test_a_a_feasible_plan_carries_its_load_on_its_replicas() -> None:
     rng = np.random.default_rng(109)
     feasible = 0
     for i in range(2 * CASES):
-        t = families_curve(rng, KINDS[i % len(KINDS)])
-        top = int(rng.choice([8, 16, 32, 64, 128]))
-        policy = make_policy(rng, t, top)
+        t, top, policy = _planned_case(rng, i)
         load = policy.replicas_max * capacity(t, top) * float(rng.uniform(0.05, 1.2))
         calibration = float(rng.uniform(0.8, 1.25))
         plan = best_plan(Curve(policy.build_curve), load, policy, calibration, backlog=False)
@@ -120,9 +126,7 @@ def test_a_more_load_never_plans_fewer_replicas() -> None:
     rng = np.random.default_rng(5)
     at_slo = 0
     for i in range(CASES // 3):
-        t = families_curve(rng, KINDS[i % len(KINDS)])
-        top = int(rng.choice([8, 16, 32, 64, 128]))
-        policy = make_policy(rng, t, top)
+        t, top, policy = _planned_case(rng, i)
         curve, calibration = Curve(policy.build_curve), float(rng.uniform(0.8, 1.25))
         most = policy.replicas_max * capacity(t, top)
         counts = []
@@ -142,9 +146,7 @@ def test_a_higher_target_utilization_never_plans_more_replicas_nor_past_its_shar
     rng = np.random.default_rng(23)
     fewer = 0
     for i in range(CASES // 3):
-        t = families_curve(rng, KINDS[i % len(KINDS)])
-        top = int(rng.choice([8, 16, 32, 64, 128]))
-        base = make_policy(rng, t, top)
+        t, top, base = _planned_case(rng, i)
         load = base.replicas_max * capacity(t, top) * float(rng.uniform(0.05, 0.8))
         counts = []
         for u in (0.5, 0.7, 0.85, 0.95):
