@@ -27,7 +27,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from devkit.checkout import Checkout, CheckoutNotFound, find_checkout
+from devkit.ports import PORT_TAKEN, free_ports
 from devkit.procs import Process, Recorded, terminate
 
 SERVICE_CIDR = "10.96.0.0/16"
@@ -73,6 +73,10 @@ class Ports:
     controller_manager: int
     scheduler: int
     kwok: int
+
+
+# Starts tried when another process takes a port picked for a component (as `start_tritonserver` does).
+START_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -253,19 +257,18 @@ def write_kubeconfig(path: Path, server: str, pki: Path, client: str) -> None:
 # --------------------------------------------------------------------------------------------- ports
 
 
+def given_ports() -> dict[str, int]:
+    """The ports set by TAILTUNE_CLUSTER_<NAME>_PORT."""
+    names = (field.name for field in fields(Ports))
+    return {n: int(v) for n in names if (v := os.environ.get(f"TAILTUNE_CLUSTER_{n.upper()}_PORT"))}
+
+
 def pick_ports() -> Ports:
-    """Ports from TAILTUNE_CLUSTER_<NAME>_PORT, else free ones (held together so they are distinct)."""
-    chosen: dict[str, int] = {}
-    with contextlib.ExitStack() as stack:
-        for name in (field.name for field in fields(Ports)):
-            given = os.environ.get(f"TAILTUNE_CLUSTER_{name.upper()}_PORT")
-            if given:
-                chosen[name] = int(given)
-                continue
-            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind(("127.0.0.1", 0))
-            chosen[name] = sock.getsockname()[1]
-    return Ports(**chosen)
+    """Ports from TAILTUNE_CLUSTER_<NAME>_PORT, else free ones (`ports.free_ports`: distinct, never handed out
+    twice by this process)."""
+    chosen = given_ports()
+    free = iter(free_ports(len(fields(Ports)) - len(chosen)))
+    return Ports(**{f.name: chosen[f.name] if f.name in chosen else next(free) for f in fields(Ports)})
 
 
 # ----------------------------------------------------------------------------------------- processes
@@ -545,11 +548,25 @@ def up() -> LocalCluster:
     if missing:
         raise LocalClusterError(f"missing binaries in {bin_dir}: {', '.join(missing)}")
 
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            return _start(layout, bin_dir, pick_ports(), timings)
+        except LocalClusterError as e:
+            # Another process bound a port picked here before its component did (free ports are picked a few
+            # seconds ahead): pick again, unless every port was given (then the error is the caller's to see).
+            if attempt == START_ATTEMPTS or len(given_ports()) == len(fields(Ports)) or not PORT_TAKEN.search(str(e)):
+                raise
+            log(f"a port picked for the cluster was taken before its component bound it: picking again ({e})")
+    raise AssertionError("unreachable: the last attempt raises")
+
+
+def _start(layout: Layout, bin_dir: Path, ports: Ports, timings: dict[str, float]) -> LocalCluster:
+    """One start of every component on `ports`, from an empty etcd; what was started is stopped if one fails."""
     started = time.monotonic()
+    shutil.rmtree(layout.etcd_data, ignore_errors=True)  # an attempt before this one's, on other ports
     for path in (layout.root, layout.logs, layout.pids, layout.etcd_data):
         path.mkdir(parents=True, exist_ok=True)
     layout.etcd_data.chmod(0o700)
-    ports = pick_ports()
     commands = command_lines(layout, bin_dir, ports)
     server = f"https://127.0.0.1:{ports.apiserver}"
     state = LocalCluster(str(bin_dir), str(layout.kubeconfig), server, ports)

@@ -3,8 +3,13 @@ process, so servers started side by side (threads of one test, a fleet) cannot b
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
+
+# What a server prints when a port picked for it was bound by another process between the pick and its own bind
+# (Go's and glibc's wording: "bind: address already in use", "Address already in use").
+PORT_TAKEN = re.compile(r"[Aa]ddress already in use")
 
 _PORTS_LOCK = threading.Lock()
 _HANDED_OUT: set[tuple[str, int]] = set()

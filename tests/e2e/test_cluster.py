@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import socket
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -172,3 +175,37 @@ def test_garbage_collector_deletes_a_child_after_its_owner(cluster: Cluster, nam
 
     cluster.kubectl("delete", "configmap", "owner", f"--namespace={namespace}")
     cluster.wait_for("the child to be collected", lambda: cluster.get("configmap", "child", namespace) is None)
+
+
+def test_a_port_taken_between_the_pick_and_the_bind_is_picked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Free ports are picked seconds before the components bind them; another process (a second cluster, a
+    tritonserver beside the suite) may bind one meanwhile. The start is tried again on fresh ports, not failed
+    (CI: the controller-manager's port taken by the other side's cluster failed every e2e test of the run)."""
+    from devkit import cluster as local
+
+    monkeypatch.setenv("TAILTUNE_CLUSTER_DIR", str(tmp_path / "cluster"))
+    for field in dataclasses.fields(local.Ports):
+        monkeypatch.delenv(f"TAILTUNE_CLUSTER_{field.name.upper()}_PORT", raising=False)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        real, picks = local.pick_ports, []
+
+        def pick() -> local.Ports:
+            ports = real()
+            # The first pick: the controller-manager's port is one another process holds.
+            ports = dataclasses.replace(ports, controller_manager=port) if not picks else ports
+            picks.append(ports)
+            return ports
+
+        monkeypatch.setattr(local, "pick_ports", pick)
+        try:
+            state = local.up()
+        finally:
+            local.down()
+    assert len(picks) == 2, picks
+    assert state.ports == picks[1] and state.ports.controller_manager != port
+    assert "picking again" in capfd.readouterr().err
